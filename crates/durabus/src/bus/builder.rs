@@ -1,0 +1,134 @@
+//! Building an [`EventBus`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bus::EventBus;
+use crate::clock::{Clock, SystemClock};
+use crate::config::BusConfig;
+use crate::error::{Error, Result};
+use crate::retry::RetryPolicy;
+#[cfg(feature = "sqlite")]
+use crate::store::sqlite::{Durability, SqliteOptions, SqliteStore};
+use crate::store::Store;
+
+enum Source {
+    None,
+    #[cfg(feature = "sqlite")]
+    Sqlite(PathBuf, SqliteOptions),
+    Store(Arc<dyn Store>),
+}
+
+/// Builds an [`EventBus`]: choose a store, then change any setting of [`BusConfig`].
+#[must_use]
+pub struct BusBuilder {
+    source: Source,
+    clock: Arc<dyn Clock>,
+    config: BusConfig,
+}
+
+impl Default for BusBuilder {
+    fn default() -> Self {
+        BusBuilder {
+            source: Source::None,
+            clock: Arc::new(SystemClock),
+            config: BusConfig::default(),
+        }
+    }
+}
+
+impl BusBuilder {
+    /// Uses the SQLite file at `path`, created if missing.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(mut self, path: impl Into<PathBuf>) -> Self {
+        self.source = Source::Sqlite(path.into(), SqliteOptions::default());
+        self
+    }
+
+    /// Uses the SQLite file at `path` with these store options.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite_with(mut self, path: impl Into<PathBuf>, options: SqliteOptions) -> Self {
+        self.source = Source::Sqlite(path.into(), options);
+        self
+    }
+
+    /// Sets the SQLite commit durability. Defaults to [`Durability::Normal`].
+    #[cfg(feature = "sqlite")]
+    pub fn durability(mut self, durability: Durability) -> Self {
+        if let Source::Sqlite(_, o) = &mut self.source {
+            o.durability = durability;
+        }
+        self
+    }
+
+    /// Uses an already opened store.
+    pub fn store(mut self, store: Arc<dyn Store>) -> Self {
+        self.source = Source::Store(store);
+        self
+    }
+
+    /// Uses this clock (a [`ManualClock`](crate::ManualClock) in tests). Defaults to the system clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: BusConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the default retry policy.
+    pub fn retry_policy(mut self, retry: RetryPolicy) -> Self {
+        self.config.retry = retry;
+        self
+    }
+
+    /// Sets the default handler timeout (30 s unless set).
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.config.handler_timeout = timeout;
+        self
+    }
+
+    /// Sets how long shutdown waits for in-flight dispatches (30 s unless set).
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.config.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Sets the payload size limit in bytes (1 MiB unless set).
+    pub fn max_payload_bytes(mut self, limit: usize) -> Self {
+        self.config.max_payload_bytes = limit;
+        self
+    }
+
+    /// Sets how many events the workers deliver at once (16 unless set).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.config.concurrency = n;
+        self
+    }
+
+    /// Sets the fallback poll interval (500 ms unless set).
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.config.poll_interval = interval;
+        self
+    }
+
+    /// Validates the settings, opens the store and returns the bus (not yet started).
+    pub async fn build(self) -> Result<EventBus> {
+        self.config.validate()?;
+        let store: Arc<dyn Store> = match self.source {
+            Source::None => {
+                return Err(Error::InvalidConfig(
+                    "no store chosen: call .sqlite(path) or .store(store) on the builder".into(),
+                ));
+            }
+            #[cfg(feature = "sqlite")]
+            Source::Sqlite(path, options) => Arc::new(SqliteStore::open(path, options).await?),
+            Source::Store(store) => store,
+        };
+        Ok(EventBus::from_parts(store, self.clock, self.config))
+    }
+}

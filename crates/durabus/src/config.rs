@@ -1,0 +1,60 @@
+//! Bus configuration. Every setting documents its default.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::retry::RetryPolicy;
+
+/// Settings of an [`EventBus`](crate::EventBus).
+#[derive(Debug, Clone)]
+pub struct BusConfig {
+    /// Retry policy used when no matching subscription overrides it. Defaults to
+    /// [`RetryPolicy::default`] (3 retries, 1 s base, 30 s max, multiplier 2).
+    pub retry: RetryPolicy,
+    /// How long one handler may run before it counts as failed. Defaults to 30 s.
+    pub handler_timeout: Duration,
+    /// How long [`shutdown`](crate::EventBus::shutdown) waits for in-flight dispatches.
+    /// Defaults to 30 s.
+    pub shutdown_timeout: Duration,
+    /// Largest serialised payload accepted, in bytes. Defaults to 1 MiB.
+    pub max_payload_bytes: usize,
+    /// Events the background workers deliver at the same time (handlers of one event always
+    /// run one after another). Defaults to 16.
+    pub concurrency: usize,
+    /// Longest the dispatcher sleeps without looking at the store: the fallback that picks up
+    /// events written by other processes. Defaults to 500 ms.
+    pub poll_interval: Duration,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            retry: RetryPolicy::default(),
+            handler_timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(30),
+            max_payload_bytes: 1024 * 1024,
+            concurrency: 16,
+            poll_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+impl BusConfig {
+    /// Checks every value.
+    pub fn validate(&self) -> Result<()> {
+        self.retry.validate()?;
+        if self.handler_timeout.is_zero() {
+            return Err(Error::InvalidConfig("handler_timeout must be above zero".into()));
+        }
+        if self.concurrency == 0 {
+            return Err(Error::InvalidConfig("concurrency must be at least 1".into()));
+        }
+        if self.max_payload_bytes == 0 {
+            return Err(Error::InvalidConfig("max_payload_bytes must be at least 1".into()));
+        }
+        if self.poll_interval.is_zero() {
+            return Err(Error::InvalidConfig("poll_interval must be above zero".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,117 @@
+//! Delivery: running the matching handlers of one event and recording the outcome, and the
+//! background worker loop that claims due events.
+
+mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bus::Inner;
+use crate::bus::registry::Subscription;
+use crate::event::Event;
+use crate::retry::RetryPolicy;
+use crate::store::Outcome;
+
+pub(crate) use worker::run_worker;
+
+/// Runs one handler in its own task under its timeout. A panic or a timeout is an error.
+async fn run_handler(sub: &Subscription, event: Event) -> Result<(), String> {
+    let handler = sub.handler.clone();
+    let mut task = tokio::spawn(async move { handler.call(event).await });
+    match tokio::time::timeout(sub.timeout, &mut task).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(e.to_string()),
+        Ok(Err(join)) if join.is_panic() => {
+            let panic = join.into_panic();
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            Err(format!("handler panicked: {msg}"))
+        }
+        Ok(Err(join)) => Err(format!("handler task failed: {join}")),
+        Err(_) => {
+            task.abort();
+            Err(format!("handler timed out after {} ms", sub.timeout.as_millis()))
+        }
+    }
+}
+
+/// Delivers a `processing` event to every matching handler that has not yet handled it, in
+/// subscription order, stopping at the first failure, then records the outcome.
+pub(crate) async fn deliver(inner: &Arc<Inner>, event: Event) {
+    let outcome = attempt(inner, event).await;
+    let id = outcome.id();
+    let now = inner.clock.now();
+    match inner.store.record(outcome, now).await {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(event_id = %id, "outcome not recorded: the event is no longer processing"),
+        Err(e) => tracing::error!(event_id = %id, error = %e, "outcome not recorded; the event will be recovered on the next start"),
+    }
+}
+
+async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
+    let subs = inner.registry.matching(&event.event_type);
+    let policy = RetryPolicy::merge(
+        &inner.config.retry,
+        subs.iter().filter_map(|s| s.retry.as_ref()),
+    );
+    let mut delivered = event.delivered.clone();
+    let mut failure = None;
+    for sub in &subs {
+        if delivered.iter().any(|k| k == &sub.key) {
+            continue;
+        }
+        match run_handler(sub, event.clone()).await {
+            Ok(()) => delivered.push(sub.key.clone()),
+            Err(error) => {
+                failure = Some((sub, error));
+                break;
+            }
+        }
+    }
+    let Some((sub, error)) = failure else {
+        return Outcome::Done {
+            id: event.id,
+            delivered,
+        };
+    };
+    let attempt = event.retry_count.saturating_add(1);
+    let retry_count = attempt;
+    let mut errors = event.errors;
+    errors.push(format!("attempt {attempt} [{}]: {error}", sub.key));
+    let dead = retry_count > policy.max_retries;
+    let delay = if dead {
+        Duration::ZERO
+    } else {
+        policy.delay_with_jitter(attempt + 1)
+    };
+    tracing::warn!(
+        event_id = %event.id,
+        event_type = %event.event_type,
+        subscription_id = %sub.id,
+        attempt,
+        max_attempts = policy.max_attempts(),
+        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        error = %error,
+        dead_lettered = dead,
+        "event delivery failed"
+    );
+    if dead {
+        Outcome::Dead {
+            id: event.id,
+            retry_count,
+            errors,
+            delivered,
+        }
+    } else {
+        Outcome::Retry {
+            id: event.id,
+            retry_count,
+            errors,
+            delivered,
+            next_attempt_at: inner.clock.now().add(delay),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! The dead-letter queue inspector. It depends only on a [`Store`], so admin tools can use it
+//! without a running bus.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::event::{Event, EventId, EventStatus};
+use crate::store::{EventQuery, Store};
+
+/// Lists, retries and purges dead events.
+#[derive(Debug, Clone)]
+pub struct DlqInspector {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+}
+
+/// Default page size of [`DlqInspector::list`].
+pub const DEFAULT_LIMIT: u64 = 100;
+
+impl DlqInspector {
+    /// An inspector on `store`, reading the system clock.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self::with_clock(store, Arc::new(SystemClock))
+    }
+
+    /// An inspector on `store` reading `clock`.
+    pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        DlqInspector { store, clock }
+    }
+
+    /// Dead events, newest first (by `created_at`), skipping `offset` and returning at most
+    /// `limit` (use [`DEFAULT_LIMIT`], 100, when unsure).
+    pub async fn list(&self, offset: u64, limit: u64) -> Result<Vec<Event>> {
+        self.store
+            .list_events(EventQuery {
+                status: Some(EventStatus::Dlq),
+                event_type: None,
+                offset,
+                limit,
+            })
+            .await
+    }
+
+    /// One dead event. Fails with [`Error::EventNotFound`] if no dead event has this id.
+    pub async fn get(&self, id: EventId) -> Result<Event> {
+        match self.store.get_event(id).await? {
+            Some(e) if e.status == EventStatus::Dlq => Ok(e),
+            _ => Err(Error::EventNotFound(id.to_string(), " in the dead-letter queue")),
+        }
+    }
+
+    /// Sends a dead event back for delivery: full reset (`pending`, `retry_count` 0, errors
+    /// cleared), due now. Handlers that had already succeeded for it are not run again. Fails
+    /// with [`Error::EventNotFound`] if no dead event has this id.
+    pub async fn retry(&self, id: EventId) -> Result<()> {
+        if self.store.dlq_retry(id, self.clock.now()).await? {
+            Ok(())
+        } else {
+            Err(Error::EventNotFound(id.to_string(), " in the dead-letter queue"))
+        }
+    }
+
+    /// Deletes dead events created `days` days ago or earlier (`created_at <= now - days`).
+    /// Returns how many were deleted.
+    pub async fn purge(&self, days: u32) -> Result<u64> {
+        let cutoff = self
+            .clock
+            .now()
+            .sub(Duration::from_secs(u64::from(days) * 86_400));
+        self.store.dlq_purge(cutoff).await
+    }
+}

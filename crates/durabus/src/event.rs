@@ -1,0 +1,264 @@
+//! Events: what is published, how it is stored, and its lifecycle status.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize, Serializer};
+use uuid::Uuid;
+
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::pattern::validate_event_type;
+
+/// An event id: a UUID (version 7, so ids sort by creation time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EventId(pub Uuid);
+
+impl EventId {
+    /// A new, time-ordered id.
+    pub fn new() -> Self {
+        EventId(Uuid::now_v7())
+    }
+}
+
+impl Default for EventId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Display for EventId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl FromStr for EventId {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Uuid::parse_str(s.trim())
+            .map(EventId)
+            .map_err(|_| Error::InvalidId(s.into()))
+    }
+}
+
+/// Where an event is in its lifecycle: `pending → processing → done | dlq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventStatus {
+    /// Stored and waiting for its (next) delivery attempt.
+    Pending,
+    /// A delivery attempt is running.
+    Processing,
+    /// Every matching handler has succeeded.
+    Done,
+    /// Delivery failed more often than the retry policy allows: the event is a dead letter.
+    Dlq,
+}
+
+impl EventStatus {
+    /// Every status, in lifecycle order.
+    pub const ALL: [EventStatus; 4] = [
+        EventStatus::Pending,
+        EventStatus::Processing,
+        EventStatus::Done,
+        EventStatus::Dlq,
+    ];
+
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStatus::Pending => "pending",
+            EventStatus::Processing => "processing",
+            EventStatus::Done => "done",
+            EventStatus::Dlq => "dlq",
+        }
+    }
+}
+
+impl fmt::Display for EventStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EventStatus {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        EventStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "unknown status {s:?}; expected pending, processing, done or dlq"
+                ))
+            })
+    }
+}
+
+/// Free-form string metadata carried with an event.
+pub type Metadata = BTreeMap<String, String>;
+
+/// A stored event, as handlers and inspectors see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event {
+    /// Unique id.
+    pub id: EventId,
+    /// Dot-separated type such as `order.shipped`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The payload as JSON text. Use [`Event::payload`] to deserialise it.
+    #[serde(serialize_with = "raw_json")]
+    pub payload: String,
+    /// Lifecycle status.
+    pub status: EventStatus,
+    /// Failed attempts so far (a crash during an attempt counts as one).
+    pub retry_count: u32,
+    /// The error of every failed attempt, oldest first (stored as a JSON array).
+    pub errors: Vec<String>,
+    /// Metadata given at publish time.
+    pub metadata: Metadata,
+    /// Keys of the subscriptions that have already handled this event successfully; a retry
+    /// runs only the others.
+    pub delivered: Vec<String>,
+    /// When the event was published.
+    pub created_at: Timestamp,
+    /// When the event last changed.
+    pub updated_at: Timestamp,
+    /// When the next delivery attempt is due (pending events).
+    pub next_attempt_at: Option<Timestamp>,
+    /// When the event became a dead letter.
+    pub dlq_at: Option<Timestamp>,
+}
+
+fn raw_json<S: Serializer>(payload: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match serde_json::value::RawValue::from_string(payload.to_owned()) {
+        Ok(raw) => raw.serialize(s),
+        Err(_) => s.serialize_str(payload),
+    }
+}
+
+impl Event {
+    /// Deserialises the payload.
+    pub fn payload<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(&self.payload).map_err(|e| Error::InvalidPayload(e.to_string()))
+    }
+
+    /// The payload as a JSON value.
+    pub fn payload_value(&self) -> serde_json::Value {
+        serde_json::from_str(&self.payload).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The error of the most recent failed attempt.
+    pub fn last_error(&self) -> Option<&str> {
+        self.errors.last().map(String::as_str)
+    }
+
+    /// Attempts made so far, counting the one that is running.
+    pub fn attempt(&self) -> u32 {
+        self.retry_count.saturating_add(1)
+    }
+}
+
+/// An event to publish: type, serialised payload and metadata, checked on construction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// The id the event will have.
+    pub id: EventId,
+    /// The event type.
+    pub event_type: String,
+    /// The payload as JSON text.
+    pub payload: String,
+    /// Metadata.
+    pub metadata: Metadata,
+}
+
+impl NewEvent {
+    /// Checks the type and serialises the payload. Fails with [`Error::InvalidEventType`] or
+    /// [`Error::InvalidPayload`]; nothing is stored then.
+    pub fn new<T: Serialize + ?Sized>(event_type: &str, payload: &T) -> Result<NewEvent> {
+        validate_event_type(event_type)?;
+        let payload =
+            serde_json::to_string(payload).map_err(|e| Error::InvalidPayload(e.to_string()))?;
+        Ok(NewEvent {
+            id: EventId::new(),
+            event_type: event_type.to_owned(),
+            payload,
+            metadata: Metadata::new(),
+        })
+    }
+
+    /// Adds a metadata entry.
+    #[must_use]
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// The event as stored at `now` with `status`.
+    pub fn into_event(self, status: EventStatus, now: Timestamp) -> Event {
+        Event {
+            id: self.id,
+            event_type: self.event_type,
+            payload: self.payload,
+            status,
+            retry_count: 0,
+            errors: Vec::new(),
+            metadata: self.metadata,
+            delivered: Vec::new(),
+            created_at: now,
+            updated_at: now,
+            next_attempt_at: (status == EventStatus::Pending).then_some(now),
+            dlq_at: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn new_event_serialises_payload_and_checks_type() {
+        let e = NewEvent::new("user.created", &serde_json::json!({"id": 7})).map(|e| e.payload);
+        assert_eq!(e.ok().as_deref(), Some(r#"{"id":7}"#));
+        assert!(matches!(
+            NewEvent::new("", &1),
+            Err(Error::InvalidEventType(..))
+        ));
+        let mut bad = HashMap::new();
+        bad.insert(vec![1u8], 1);
+        assert!(matches!(
+            NewEvent::new("x", &bad),
+            Err(Error::InvalidPayload(_))
+        ));
+    }
+
+    #[test]
+    fn status_round_trips_through_text() {
+        for s in EventStatus::ALL {
+            assert_eq!(s.as_str().parse::<EventStatus>().ok(), Some(s));
+        }
+        assert!("finished".parse::<EventStatus>().is_err());
+    }
+
+    #[test]
+    fn ids_parse_and_reject_garbage() {
+        let id = EventId::new();
+        assert_eq!(id.to_string().parse::<EventId>().ok(), Some(id));
+        assert!(matches!("nope".parse::<EventId>(), Err(Error::InvalidId(_))));
+        assert!(EventId::new() > id, "v7 ids are time ordered");
+    }
+
+    #[test]
+    fn event_serialises_payload_as_json_not_as_a_string() {
+        let e = NewEvent::new("a.b", &serde_json::json!({"k": [1, 2]}))
+            .map(|n| n.into_event(EventStatus::Pending, Timestamp(5)));
+        let text = e.ok().and_then(|e| serde_json::to_string(&e).ok()).unwrap_or_default();
+        assert!(text.contains(r#""payload":{"k":[1,2]}"#), "{text}");
+        assert!(text.contains(r#""type":"a.b""#), "{text}");
+    }
+}

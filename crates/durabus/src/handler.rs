@@ -1,0 +1,69 @@
+//! Handlers and subscriptions.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use crate::event::Event;
+use crate::retry::RetryOverride;
+
+/// Any error a handler returns.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What a handler returns: `Ok(())` when the event was handled.
+pub type HandlerResult = Result<(), BoxError>;
+
+/// A boxed handler future.
+pub type HandlerFuture = Pin<Box<dyn Future<Output = HandlerResult> + Send>>;
+
+/// Something that handles events. Implemented for every
+/// `Fn(Event) -> impl Future<Output = HandlerResult>`.
+pub trait Handler: Send + Sync + 'static {
+    /// Handles one event.
+    fn call(&self, event: Event) -> HandlerFuture;
+}
+
+impl<F, Fut> Handler for F
+where
+    F: Fn(Event) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HandlerResult> + Send + 'static,
+{
+    fn call(&self, event: Event) -> HandlerFuture {
+        Box::pin(self(event))
+    }
+}
+
+/// Options of one subscription.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SubscribeOptions {
+    /// Handler timeout for this subscription. Defaults to the bus's `handler_timeout` (30 s).
+    pub timeout: Option<Duration>,
+    /// Partial retry policy, merged over the bus default.
+    pub retry: Option<RetryOverride>,
+    /// A stable name. Delivery records use it, so after a restart a retried event skips the
+    /// handlers that already succeeded. Without a name, records last as long as the process.
+    pub name: Option<String>,
+}
+
+impl SubscribeOptions {
+    /// Sets the handler timeout.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the retry override.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryOverride) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// Sets the stable name.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}

@@ -1,0 +1,59 @@
+//! # durabus
+//!
+//! A persistent event bus: publishing stores the event durably first; subscribed handlers get
+//! it at least once; failures are retried on a schedule that survives crashes; what cannot be
+//! delivered lands in a dead-letter queue that can be listed, retried and purged.
+//!
+//! ```no_run
+//! use durabus::{Event, EventBus, SubscribeOptions, RetryOverride};
+//!
+//! # async fn run() -> durabus::Result<()> {
+//! let bus = EventBus::open("app.db").await?;
+//! bus.subscribe("order.*", |event: Event| async move {
+//!     let order: serde_json::Value = event.payload()?;
+//!     println!("{}: {order}", event.event_type);
+//!     Ok(())
+//! }, SubscribeOptions::default().name("order-log").retry(RetryOverride::default().max_retries(5)))
+//! .await?;
+//! bus.start().await?;                       // recovers a crash's leftovers, starts workers
+//! bus.publish("order.paid", &serde_json::json!({"id": 1})).await?;  // durable, then delivered
+//! bus.enqueue("order.shipped", &serde_json::json!({"id": 1})).await?; // durable, delivered in background
+//! for dead in bus.dlq().list(0, 100).await? {
+//!     println!("dead: {} {:?}", dead.id, dead.errors);
+//! }
+//! bus.shutdown().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - [`bus`](EventBus): publish, enqueue, subscribe, start, shutdown.
+//! - `dispatch`: running handlers with timeouts, recording outcomes, the worker loop.
+//! - [`retry`]: the retry policy, its merge and the back-off formula.
+//! - [`pattern`]: event types and glob patterns.
+//! - [`dlq`]: the dead-letter inspector.
+//! - [`store`]: the [`Store`] trait and the SQLite store.
+//! - [`clock`]: injected time.
+
+mod bus;
+pub mod clock;
+pub mod config;
+mod dispatch;
+pub mod dlq;
+pub mod error;
+pub mod event;
+pub mod handler;
+pub mod pattern;
+pub mod retry;
+pub mod store;
+
+pub use bus::{BusBuilder, EventBus, SubscriptionId};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use config::BusConfig;
+pub use dlq::DlqInspector;
+pub use error::{Error, Result};
+pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
+pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions};
+pub use retry::{RetryOverride, RetryPolicy};
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
+pub use store::{EventQuery, InsertMode, Outcome, StatusCount, Store, SubscriptionRow};

@@ -1,0 +1,177 @@
+//! The storage boundary. Everything database-specific sits behind [`Store`]; the bus, the
+//! dispatcher and the dead-letter inspector are written once against it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tokio::sync::Notify;
+
+use crate::clock::Timestamp;
+use crate::error::Result;
+use crate::event::{Event, EventId, EventStatus, NewEvent};
+
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+/// A subscription as stored (the handler itself lives in memory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubscriptionRow {
+    /// Subscription id.
+    pub id: String,
+    /// Stable name given by the application, if any; delivery records use it so that they
+    /// survive restarts.
+    pub name: Option<String>,
+    /// The glob pattern of event types.
+    pub event_type: String,
+    /// When the subscription was made.
+    pub created_at: Timestamp,
+}
+
+/// The result of one delivery attempt, written back in one atomic step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every matching handler has succeeded: the event is `done`.
+    Done {
+        /// The event.
+        id: EventId,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+    },
+    /// The attempt failed and another is allowed: the event is `pending` again.
+    Retry {
+        /// The event.
+        id: EventId,
+        /// Failed attempts so far.
+        retry_count: u32,
+        /// Errors of all failed attempts.
+        errors: Vec<String>,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+        /// When the next attempt is due.
+        next_attempt_at: Timestamp,
+    },
+    /// The attempt failed and no retries are left: the event is a dead letter.
+    Dead {
+        /// The event.
+        id: EventId,
+        /// Failed attempts in all.
+        retry_count: u32,
+        /// Errors of all failed attempts.
+        errors: Vec<String>,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+    },
+}
+
+impl Outcome {
+    /// The event the outcome is for.
+    pub fn id(&self) -> EventId {
+        match self {
+            Outcome::Done { id, .. } | Outcome::Retry { id, .. } | Outcome::Dead { id, .. } => *id,
+        }
+    }
+}
+
+/// Which events to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only events with this status.
+    pub status: Option<EventStatus>,
+    /// Only events of exactly this type.
+    pub event_type: Option<String>,
+    /// Events to skip. Defaults to 0.
+    pub offset: u64,
+    /// Most events to return. Defaults to 100.
+    pub limit: u64,
+}
+
+impl Default for EventQuery {
+    fn default() -> Self {
+        EventQuery {
+            status: None,
+            event_type: None,
+            offset: 0,
+            limit: 100,
+        }
+    }
+}
+
+/// Events counted by status and type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusCount {
+    /// Event type.
+    pub event_type: String,
+    /// Status.
+    pub status: EventStatus,
+    /// Number of events.
+    pub count: u64,
+}
+
+/// How an inserted event starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertMode {
+    /// `pending` and due now: background workers deliver it.
+    Pending,
+    /// `processing`: the caller delivers it at once (publish's inline dispatch).
+    Claimed,
+}
+
+/// The one boundary between durabus and a database.
+///
+/// Implementations must make every write durable before returning `Ok`, apply each call
+/// atomically, and only move events along `pending → processing → done | dlq` (plus the
+/// documented resets). The contract suite in `tests/` holds every implementation to this.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Stores events durably, all or none.
+    async fn insert(&self, events: Vec<NewEvent>, mode: InsertMode, now: Timestamp) -> Result<()>;
+
+    /// Moves up to `limit` due `pending` events (`next_attempt_at <= now`) to `processing` and
+    /// returns them, earliest due first.
+    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>>;
+
+    /// The earliest `next_attempt_at` of any pending event.
+    async fn next_due(&self) -> Result<Option<Timestamp>>;
+
+    /// Writes the outcome of a delivery attempt. Returns `false` if the event was not
+    /// `processing` (nothing is changed then).
+    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool>;
+
+    /// Crash recovery: every `processing` event goes back to `pending`, due now, with
+    /// `retry_count + 1` and a note in its errors. Returns how many.
+    async fn recover_processing(&self, now: Timestamp) -> Result<u64>;
+
+    /// Stores a subscription row, replacing any row with the same id or the same name.
+    async fn save_subscription(&self, row: SubscriptionRow) -> Result<()>;
+
+    /// Deletes a subscription row. Returns whether it existed.
+    async fn delete_subscription(&self, id: &str) -> Result<bool>;
+
+    /// All subscription rows, oldest first.
+    async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>>;
+
+    /// One event by id.
+    async fn get_event(&self, id: EventId) -> Result<Option<Event>>;
+
+    /// Events matching `query`, newest first.
+    async fn list_events(&self, query: EventQuery) -> Result<Vec<Event>>;
+
+    /// Event counts per type and status.
+    async fn counts(&self) -> Result<Vec<StatusCount>>;
+
+    /// Dead-letter retry: a `dlq` event goes back to `pending`, due now, with `retry_count` 0 and
+    /// its errors cleared. Returns `false` if no dead event has this id.
+    async fn dlq_retry(&self, id: EventId, now: Timestamp) -> Result<bool>;
+
+    /// Deletes dead events with `created_at <= cutoff`. Returns how many.
+    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64>;
+
+    /// Notified whenever a write may have made an event due (an insert, a retry scheduled, a
+    /// dead letter retried), so the dispatcher wakes without polling.
+    fn wakeups(&self) -> Arc<Notify>;
+
+    /// Flushes and closes the database. Later calls fail with [`crate::Error::StoreClosed`];
+    /// closing twice is harmless.
+    async fn close(&self) -> Result<()>;
+}

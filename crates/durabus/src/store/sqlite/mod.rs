@@ -1,0 +1,423 @@
+//! The SQLite store: a file database in WAL mode, one writer thread with group commit, and a
+//! small pool of read connections. No call blocks the async runtime.
+
+mod rows;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
+use tokio::sync::{Notify, oneshot};
+
+pub use schema::SCHEMA_VERSION;
+
+use self::rows::{EVENT_COLUMNS, event_from_row};
+use self::writer::{Msg, Op, Reply, Writer, retry_busy};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventId, EventStatus, NewEvent};
+use crate::store::{EventQuery, InsertMode, Outcome, StatusCount, Store, SubscriptionRow};
+
+/// How hard a commit works to survive failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=NORMAL` in WAL mode: a committed event survives a crash of the process
+    /// (`kill -9`); a power loss may lose the last commits. The default.
+    #[default]
+    Normal,
+    /// `synchronous=FULL`: an fsync per commit, so commits also survive power loss. Group
+    /// commit shares each fsync among all waiting publishers.
+    Full,
+}
+
+/// Options of the SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Create the file if it does not exist. Defaults to `true`.
+    pub create: bool,
+    /// Commit durability. Defaults to [`Durability::Normal`].
+    pub durability: Durability,
+    /// How long one SQLite call waits for a lock held by another connection before our own
+    /// back-off takes over. Defaults to 100 ms.
+    pub busy_timeout: Duration,
+    /// How long a write keeps retrying while another process holds the write lock before it
+    /// fails with [`Error::Locked`]. Defaults to 30 s.
+    pub lock_timeout: Duration,
+    /// Read connections kept open. Defaults to 4.
+    pub readers: usize,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            create: true,
+            durability: Durability::Normal,
+            busy_timeout: Duration::from_millis(100),
+            lock_timeout: Duration::from_secs(30),
+            readers: 4,
+        }
+    }
+}
+
+/// A [`Store`] on one SQLite file.
+#[derive(Debug)]
+pub struct SqliteStore {
+    path: PathBuf,
+    options: SqliteOptions,
+    tx: Mutex<Option<Sender<Msg>>>,
+    readers: Arc<Mutex<Vec<Connection>>>,
+    closed: Arc<AtomicBool>,
+    wake: Arc<Notify>,
+}
+
+fn display(path: &Path) -> String {
+    path.display().to_string()
+}
+
+fn open_error(path: &Path, e: rusqlite::Error) -> Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => Error::NotADatabase {
+            path: display(path),
+            reason: "the file is not an SQLite database".into(),
+        },
+        Some(ErrorCode::CannotOpen) => Error::Database(format!(
+            "cannot open {}: {e}; check that the path is a readable file in an existing directory",
+            display(path)
+        )),
+        _ => Error::Database(format!("cannot open {}: {e}", display(path))),
+    }
+}
+
+impl SqliteStore {
+    /// Opens (and by default creates) the database at `path`, in WAL mode, migrating its schema.
+    pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
+        let path = path.as_ref().to_path_buf();
+        let opts = options.clone();
+        let p = path.clone();
+        tokio::task::spawn_blocking(move || Self::open_blocking(p, opts))
+            .await
+            .map_err(|e| Error::Database(format!("opening the database panicked: {e}")))?
+    }
+
+    fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
+        if path.as_os_str().is_empty() || path.to_str() == Some(":memory:") {
+            return Err(Error::InvalidConfig(
+                "the SQLite store needs a file path: WAL mode and durability need a file, not :memory:".into(),
+            ));
+        }
+        if !options.create && !path.exists() {
+            return Err(Error::DatabaseMissing(display(&path)));
+        }
+        if path.is_dir() {
+            return Err(Error::NotADatabase {
+                path: display(&path),
+                reason: "it is a directory".into(),
+            });
+        }
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if options.create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let conn = Connection::open_with_flags(&path, flags).map_err(|e| open_error(&path, e))?;
+        conn.busy_timeout(options.busy_timeout)
+            .map_err(|e| open_error(&path, e))?;
+        let mode: String = retry_busy(options.lock_timeout, || {
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+        })
+        .map_err(|e| match e {
+            Error::Database(reason) if reason.contains("not a database") => Error::NotADatabase {
+                path: display(&path),
+                reason,
+            },
+            other => other,
+        })?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Database(format!(
+                "could not switch {} to WAL mode (got {mode})",
+                display(&path)
+            )));
+        }
+        let sync = match options.durability {
+            Durability::Normal => "NORMAL",
+            Durability::Full => "FULL",
+        };
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;"
+        ))?;
+        retry_busy(options.lock_timeout, || conn.execute_batch("BEGIN IMMEDIATE"))?;
+        if let Err(e) = schema::migrate(&conn) {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(match e {
+                Error::Database(reason) if reason.contains("not a database") => {
+                    Error::NotADatabase {
+                        path: display(&path),
+                        reason,
+                    }
+                }
+                other => other,
+            });
+        }
+        retry_busy(options.lock_timeout, || conn.execute_batch("COMMIT"))?;
+
+        let (tx, rx) = mpsc::channel();
+        let wake = Arc::new(Notify::new());
+        let writer = Writer {
+            conn,
+            rx,
+            lock_timeout: options.lock_timeout,
+            wake: wake.clone(),
+        };
+        std::thread::Builder::new()
+            .name("durabus-sqlite-writer".into())
+            .spawn(move || writer.run())
+            .map_err(|e| Error::Database(format!("cannot start the writer thread: {e}")))?;
+        Ok(SqliteStore {
+            path,
+            options,
+            tx: Mutex::new(Some(tx)),
+            readers: Arc::new(Mutex::new(Vec::new())),
+            closed: Arc::new(AtomicBool::new(false)),
+            wake,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn write(&self, op: Op, now: Timestamp) -> Result<Reply> {
+        let (reply, rx) = oneshot::channel();
+        {
+            let guard = self.tx.lock().map_err(|_| Error::StoreClosed)?;
+            let tx = guard.as_ref().ok_or(Error::StoreClosed)?;
+            tx.send(Msg::Write { op, now, reply })
+                .map_err(|_| Error::StoreClosed)?;
+        }
+        rx.await.map_err(|_| Error::StoreClosed)?
+    }
+
+    /// Runs `f` on a pooled read connection, on the blocking thread pool.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::StoreClosed);
+        }
+        let pool = self.readers.clone();
+        let path = self.path.clone();
+        let busy = self.options.busy_timeout;
+        let max = self.options.readers;
+        tokio::task::spawn_blocking(move || {
+            let conn = match pool.lock().ok().and_then(|mut p| p.pop()) {
+                Some(c) => c,
+                None => {
+                    let c = Connection::open_with_flags(
+                        &path,
+                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+                    )
+                    .map_err(|e| open_error(&path, e))?;
+                    c.busy_timeout(busy)?;
+                    c
+                }
+            };
+            let out = f(&conn).map_err(Error::from);
+            if let Ok(mut p) = pool.lock()
+                && p.len() < max
+            {
+                p.push(conn);
+            }
+            out
+        })
+        .await
+        .map_err(|e| Error::Database(format!("read task failed: {e}")))?
+    }
+}
+
+fn unexpected(r: Reply) -> Error {
+    Error::Database(format!("writer returned an unexpected reply: {r:?}"))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn insert(&self, events: Vec<NewEvent>, mode: InsertMode, now: Timestamp) -> Result<()> {
+        match self.write(Op::Insert(events, mode), now).await? {
+            Reply::Unit => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
+        match self.write(Op::Claim(limit), now).await? {
+            Reply::Events(e) => Ok(e),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT next_attempt_at FROM events WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1",
+            )?
+            .query_row([], |r| r.get::<_, Option<i64>>(0))
+            .optional()
+            .map(|v| v.flatten().map(Timestamp))
+        })
+        .await
+    }
+
+    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool> {
+        match self.write(Op::Record(outcome), now).await? {
+            Reply::Flag(f) => Ok(f),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
+        match self.write(Op::Recover, now).await? {
+            Reply::Count(n) => Ok(n),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn save_subscription(&self, row: SubscriptionRow) -> Result<()> {
+        let now = row.created_at;
+        match self.write(Op::SaveSubscription(row), now).await? {
+            Reply::Unit => Ok(()),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn delete_subscription(&self, id: &str) -> Result<bool> {
+        match self
+            .write(Op::DeleteSubscription(id.to_owned()), Timestamp(0))
+            .await?
+        {
+            Reply::Flag(f) => Ok(f),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT id, name, event_type, created_at FROM subscriptions ORDER BY created_at, id",
+            )?
+            .query_map([], |r| {
+                Ok(SubscriptionRow {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    event_type: r.get(2)?,
+                    created_at: Timestamp(r.get(3)?),
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn get_event(&self, id: EventId) -> Result<Option<Event>> {
+        self.read(move |c| {
+            c.prepare_cached(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = ?1"))?
+                .query_row([id.to_string()], event_from_row)
+                .optional()
+        })
+        .await
+    }
+
+    async fn list_events(&self, q: EventQuery) -> Result<Vec<Event>> {
+        self.read(move |c| {
+            let sql = format!(
+                "SELECT {EVENT_COLUMNS} FROM events
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR type = ?2)
+                 ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4"
+            );
+            // Let the planner pick the index for the filters actually given.
+            let sql = match (&q.status, &q.event_type) {
+                (Some(_), None) => sql.replace("(?1 IS NULL OR status = ?1)", "status = ?1"),
+                (None, Some(_)) => sql.replace("(?2 IS NULL OR type = ?2)", "type = ?2"),
+                (Some(_), Some(_)) => sql
+                    .replace("(?1 IS NULL OR status = ?1)", "status = ?1")
+                    .replace("(?2 IS NULL OR type = ?2)", "type = ?2"),
+                (None, None) => sql,
+            };
+            c.prepare_cached(&sql)?
+                .query_map(
+                    params![
+                        q.status.map(EventStatus::as_str),
+                        q.event_type,
+                        i64::try_from(q.limit).unwrap_or(i64::MAX),
+                        i64::try_from(q.offset).unwrap_or(i64::MAX)
+                    ],
+                    event_from_row,
+                )?
+                .collect()
+        })
+        .await
+    }
+
+    async fn counts(&self) -> Result<Vec<StatusCount>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT type, status, count(*) FROM events GROUP BY type, status ORDER BY type, status",
+            )?
+            .query_map([], |r| {
+                let status: String = r.get(1)?;
+                Ok(StatusCount {
+                    event_type: r.get(0)?,
+                    status: status.parse().map_err(|e: Error| {
+                        rusqlite::Error::FromSqlConversionFailure(
+                            1,
+                            rusqlite::types::Type::Text,
+                            e.to_string().into(),
+                        )
+                    })?,
+                    count: r.get(2)?,
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn dlq_retry(&self, id: EventId, now: Timestamp) -> Result<bool> {
+        match self.write(Op::DlqRetry(id), now).await? {
+            Reply::Flag(f) => Ok(f),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64> {
+        match self.write(Op::DlqPurge(cutoff), cutoff).await? {
+            Reply::Count(n) => Ok(n),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn wakeups(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    async fn close(&self) -> Result<()> {
+        let tx = self.tx.lock().ok().and_then(|mut g| g.take());
+        let Some(tx) = tx else {
+            return Ok(());
+        };
+        self.closed.store(true, Ordering::Release);
+        let (done, rx) = oneshot::channel();
+        if tx.send(Msg::Close(done)).is_ok() {
+            let _ = rx.await;
+        }
+        if let Ok(mut p) = self.readers.lock() {
+            p.clear();
+        }
+        Ok(())
+    }
+}

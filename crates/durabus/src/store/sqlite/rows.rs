@@ -1,0 +1,55 @@
+//! Reading events out of SQLite rows.
+
+use rusqlite::Row;
+
+use crate::clock::Timestamp;
+use crate::event::{Event, EventId, EventStatus};
+
+/// The columns every event query selects, in the order [`event_from_row`] reads them.
+pub const EVENT_COLUMNS: &str = "id, type, payload, status, retry_count, last_error, metadata, \
+     delivered, created_at, updated_at, next_attempt_at, dlq_at";
+
+fn corrupt(col: usize, what: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(col, rusqlite::types::Type::Text, what.into())
+}
+
+fn json_col<T: serde::de::DeserializeOwned + Default>(
+    row: &Row<'_>,
+    col: usize,
+) -> rusqlite::Result<T> {
+    match row.get::<_, Option<String>>(col)? {
+        None => Ok(T::default()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt(col, e.to_string())),
+    }
+}
+
+/// Decodes one row selected with [`EVENT_COLUMNS`].
+pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
+    let id: String = row.get(0)?;
+    let status: String = row.get(3)?;
+    Ok(Event {
+        id: id.parse::<EventId>().map_err(|e| corrupt(0, e.to_string()))?,
+        event_type: row.get(1)?,
+        payload: row.get(2)?,
+        status: status
+            .parse::<EventStatus>()
+            .map_err(|e| corrupt(3, e.to_string()))?,
+        retry_count: row.get(4)?,
+        errors: json_col(row, 5)?,
+        metadata: json_col(row, 6)?,
+        delivered: json_col(row, 7)?,
+        created_at: Timestamp(row.get(8)?),
+        updated_at: Timestamp(row.get(9)?),
+        next_attempt_at: row.get::<_, Option<i64>>(10)?.map(Timestamp),
+        dlq_at: row.get::<_, Option<i64>>(11)?.map(Timestamp),
+    })
+}
+
+/// JSON text of a list, or NULL for an empty one.
+pub fn json_list(items: &[String]) -> Option<String> {
+    if items.is_empty() {
+        None
+    } else {
+        serde_json::to_string(items).ok()
+    }
+}
