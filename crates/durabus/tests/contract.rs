@@ -1,0 +1,60 @@
+//! Runs the contract suite against every store this build supports.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod suite;
+mod support;
+
+/// Declares one `#[tokio::test]` per suite function for a backend.
+macro_rules! contract {
+    ($backend:ident: $make:expr; $($module:ident :: $test:ident),* $(,)?) => {
+        mod $backend {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let h = $make;
+                    crate::suite::$module::$test(&h).await;
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! all_contract_tests {
+    ($backend:ident: $make:expr) => {
+        contract!($backend: $make;
+            publish::publish_stores_delivers_and_returns_the_id,
+            publish::metadata_is_stored_and_handed_to_handlers,
+            publish::enqueue_returns_before_delivery_and_workers_deliver,
+            publish::many_enqueued_events_are_each_delivered_once,
+            publish::handlers_run_sequentially_in_subscription_order,
+            publish::patterns_route_events_as_the_matching_table_says,
+            publish::an_event_nobody_subscribes_to_is_done,
+            publish::subscribe_stores_a_row_and_unsubscribe_removes_it,
+            publish::bad_input_is_rejected_and_nothing_is_stored,
+            retry::a_failure_is_retried_on_the_persisted_schedule,
+            retry::exhausted_retries_move_the_event_to_the_dlq_intact,
+            retry::overrides_of_matching_subscriptions_merge_most_permissively,
+            retry::a_retry_runs_only_the_handlers_that_have_not_succeeded,
+            retry::named_delivery_records_survive_a_restart,
+            retry::a_handler_timeout_is_a_failure,
+            retry::the_default_handler_timeout_applies,
+            retry::a_panicking_handler_does_not_take_the_bus_down,
+            lifecycle::publish_subscribe_and_enqueue_after_shutdown_fail,
+            lifecycle::shutdown_waits_for_in_flight_dispatches,
+            lifecycle::drain_timeout_abandons_handlers_and_recovery_finishes_them,
+            lifecycle::start_recovers_events_stuck_in_processing,
+            lifecycle::a_crash_during_back_off_loses_nothing,
+            dlq::list_pages_dead_events_newest_first,
+            dlq::retry_resets_a_dead_event_and_it_is_delivered_again,
+            dlq::purge_deletes_dead_events_created_at_or_before_the_cutoff,
+            store::claims_only_due_events_and_never_the_same_twice,
+            store::claims_come_out_earliest_due_first,
+            store::listing_filters_by_status_and_type_and_counts,
+            store::data_survives_close_and_reopen_and_closed_stores_refuse_work,
+        );
+    };
+}
+
+all_contract_tests!(sqlite: crate::support::Harness::sqlite());

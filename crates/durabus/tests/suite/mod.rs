@@ -1,0 +1,8 @@
+//! The contract suite: every test here runs against every store.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+pub mod dlq;
+pub mod lifecycle;
+pub mod publish;
+pub mod retry;
+pub mod store;

@@ -1,0 +1,116 @@
+//! The store contract, directly.
+
+use std::time::Duration;
+
+use durabus::{EventQuery, EventStatus, InsertMode, NewEvent, Outcome, Store};
+
+use crate::support::*;
+
+pub async fn claims_only_due_events_and_never_the_same_twice(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    let batch: Vec<_> = (0..50).map(|i| NewEvent::new("c.x", &i).unwrap()).collect();
+    store.insert(batch, InsertMode::Pending, now).await.unwrap();
+    let (a, b) = tokio::join!(store.claim_due(now, 30), store.claim_due(now, 30));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.len() + b.len(), 50);
+    let mut ids: Vec<_> = a.iter().chain(b.iter()).map(|e| e.id).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 50, "an event was claimed twice");
+    assert!(a.iter().chain(b.iter()).all(|e| e.status == EventStatus::Processing));
+    assert!(store.claim_due(now, 10).await.unwrap().is_empty());
+    // A retry scheduled in the future is not due yet.
+    let id = a[0].id;
+    let later = now.add(Duration::from_secs(5));
+    let retry = Outcome::Retry {
+        id,
+        retry_count: 1,
+        errors: vec!["e".into()],
+        delivered: vec![],
+        next_attempt_at: later,
+    };
+    assert!(store.record(retry.clone(), now).await.unwrap());
+    assert!(!store.record(retry, now).await.unwrap(), "only processing events take outcomes");
+    assert_eq!(store.next_due().await.unwrap(), Some(later));
+    assert!(store.claim_due(now, 10).await.unwrap().is_empty());
+    let got = store.claim_due(later, 10).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].retry_count, 1);
+    assert_eq!(got[0].errors, vec!["e".to_string()]);
+    store.close().await.unwrap();
+}
+
+pub async fn claims_come_out_earliest_due_first(h: &Harness) {
+    let store = h.backend.open().await;
+    let t0 = h.clock.now();
+    let first = NewEvent::new("o.x", &1).unwrap();
+    let second = NewEvent::new("o.x", &2).unwrap();
+    let (f, s) = (first.id, second.id);
+    store.insert(vec![second], InsertMode::Pending, t0.add(Duration::from_millis(5))).await.unwrap();
+    store.insert(vec![first], InsertMode::Pending, t0).await.unwrap();
+    let got: Vec<_> = store
+        .claim_due(t0.add(Duration::from_secs(1)), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(got, vec![f, s]);
+    store.close().await.unwrap();
+}
+
+pub async fn listing_filters_by_status_and_type_and_counts(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    store
+        .insert(vec![NewEvent::new("t.a", &1).unwrap(), NewEvent::new("t.b", &1).unwrap()], InsertMode::Pending, now)
+        .await
+        .unwrap();
+    store
+        .insert(vec![NewEvent::new("t.a", &2).unwrap()], InsertMode::Claimed, now)
+        .await
+        .unwrap();
+    let q = |status: Option<EventStatus>, t: Option<&str>| EventQuery {
+        status,
+        event_type: t.map(str::to_owned),
+        ..EventQuery::default()
+    };
+    assert_eq!(store.list_events(q(None, None)).await.unwrap().len(), 3);
+    assert_eq!(store.list_events(q(Some(EventStatus::Pending), None)).await.unwrap().len(), 2);
+    assert_eq!(store.list_events(q(None, Some("t.a"))).await.unwrap().len(), 2);
+    assert_eq!(
+        store.list_events(q(Some(EventStatus::Processing), Some("t.a"))).await.unwrap().len(),
+        1
+    );
+    let counts = store.counts().await.unwrap();
+    let find = |t: &str, s: EventStatus| {
+        counts
+            .iter()
+            .find(|c| c.event_type == t && c.status == s)
+            .map(|c| c.count)
+    };
+    assert_eq!(find("t.a", EventStatus::Pending), Some(1));
+    assert_eq!(find("t.a", EventStatus::Processing), Some(1));
+    assert_eq!(find("t.b", EventStatus::Pending), Some(1));
+    store.close().await.unwrap();
+}
+
+pub async fn data_survives_close_and_reopen_and_closed_stores_refuse_work(h: &Harness) {
+    let store = h.backend.open().await;
+    let e = NewEvent::new("k.x", &serde_json::json!({"a": [1, 2]})).unwrap();
+    let id = e.id;
+    store.insert(vec![e], InsertMode::Pending, h.clock.now()).await.unwrap();
+    store.close().await.unwrap();
+    store.close().await.unwrap();
+    assert!(matches!(
+        store.insert(vec![NewEvent::new("k.y", &1).unwrap()], InsertMode::Pending, h.clock.now()).await,
+        Err(durabus::Error::StoreClosed)
+    ));
+    assert!(matches!(store.get_event(id).await, Err(durabus::Error::StoreClosed)));
+    let store: std::sync::Arc<dyn Store> = h.backend.open().await;
+    let got = store.get_event(id).await.unwrap().unwrap();
+    assert_eq!(got.payload, r#"{"a":[1,2]}"#);
+    assert_eq!(got.status, EventStatus::Pending);
+    store.close().await.unwrap();
+}

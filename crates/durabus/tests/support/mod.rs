@@ -1,0 +1,137 @@
+//! Test support: backends the contract suite runs against, a harness with a manual clock, and
+//! helpers to wait for a condition without sleeping through back-off.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+pub use durabus::Clock;
+use durabus::{
+    BusBuilder, Event, EventBus, EventId, EventStatus, ManualClock, RetryPolicy, SqliteOptions,
+    SqliteStore, Store,
+};
+
+/// A database the suite can open, close and open again (to test restarts).
+#[async_trait]
+pub trait Backend: Send + Sync {
+    async fn open(&self) -> Arc<dyn Store>;
+    fn name(&self) -> &'static str;
+}
+
+pub struct SqliteBackend {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl SqliteBackend {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("bus.db");
+        SqliteBackend { _dir: dir, path }
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteBackend {
+    async fn open(&self) -> Arc<dyn Store> {
+        Arc::new(
+            SqliteStore::open(&self.path, SqliteOptions::default())
+                .await
+                .expect("open sqlite store"),
+        )
+    }
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+pub struct Harness {
+    pub backend: Box<dyn Backend>,
+    pub clock: ManualClock,
+}
+
+pub const MS: Duration = Duration::from_millis(1);
+
+impl Harness {
+    pub fn sqlite() -> Self {
+        Harness {
+            backend: Box::new(SqliteBackend::new()),
+            clock: ManualClock::default(),
+        }
+    }
+
+    pub async fn builder(&self) -> BusBuilder {
+        EventBus::builder()
+            .store(self.backend.open().await)
+            .clock(Arc::new(self.clock.clone()))
+            .retry_policy(RetryPolicy::default())
+            .poll_interval(Duration::from_millis(20))
+    }
+
+    pub async fn bus(&self) -> EventBus {
+        self.builder().await.build().await.expect("build bus")
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+}
+
+/// Polls `check` every 2 ms until it returns `Some`, for at most 10 s of real time.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+pub async fn get(bus: &EventBus, id: EventId) -> Event {
+    bus.store().get_event(id).await.unwrap().expect("event exists")
+}
+
+/// Waits until the event has `status`.
+pub async fn wait_status(bus: &EventBus, id: EventId, status: EventStatus) -> Event {
+    let store = bus.store();
+    eventually(&format!("event {id} to be {status}"), || {
+        let store = store.clone();
+        async move {
+            store
+                .get_event(id)
+                .await
+                .ok()
+                .flatten()
+                .filter(|e| e.status == status)
+        }
+    })
+    .await
+}
+
+/// Records what handlers saw.
+#[derive(Clone, Default)]
+pub struct Seen(pub Arc<Mutex<Vec<String>>>);
+
+impl Seen {
+    pub fn push(&self, s: impl Into<String>) {
+        self.0.lock().unwrap().push(s.into());
+    }
+    pub fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+    pub fn count(&self, s: &str) -> usize {
+        self.0.lock().unwrap().iter().filter(|x| *x == s).count()
+    }
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
