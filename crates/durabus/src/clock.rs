@@ -161,7 +161,10 @@ mod tests {
         let t = Timestamp(1_767_225_600_000);
         assert_eq!(t.add(Duration::from_secs(1)), Timestamp(1_767_225_601_000));
         assert_eq!(t.sub(Duration::from_secs(1)), Timestamp(1_767_225_599_000));
-        assert_eq!(t.until(t.add(Duration::from_millis(5))), Duration::from_millis(5));
+        assert_eq!(
+            t.until(t.add(Duration::from_millis(5))),
+            Duration::from_millis(5)
+        );
         assert_eq!(t.add(Duration::from_millis(5)).until(t), Duration::ZERO);
         assert_eq!(t.to_string(), "2026-01-01T00:00:00.000Z");
         assert_eq!(Timestamp::from_system_time(t.to_system_time()), t);

@@ -44,16 +44,24 @@ impl BusConfig {
     pub fn validate(&self) -> Result<()> {
         self.retry.validate()?;
         if self.handler_timeout.is_zero() {
-            return Err(Error::InvalidConfig("handler_timeout must be above zero".into()));
+            return Err(Error::InvalidConfig(
+                "handler_timeout must be above zero".into(),
+            ));
         }
         if self.concurrency == 0 {
-            return Err(Error::InvalidConfig("concurrency must be at least 1".into()));
+            return Err(Error::InvalidConfig(
+                "concurrency must be at least 1".into(),
+            ));
         }
         if self.max_payload_bytes == 0 {
-            return Err(Error::InvalidConfig("max_payload_bytes must be at least 1".into()));
+            return Err(Error::InvalidConfig(
+                "max_payload_bytes must be at least 1".into(),
+            ));
         }
         if self.poll_interval.is_zero() {
-            return Err(Error::InvalidConfig("poll_interval must be above zero".into()));
+            return Err(Error::InvalidConfig(
+                "poll_interval must be above zero".into(),
+            ));
         }
         Ok(())
     }

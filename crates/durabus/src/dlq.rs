@@ -47,7 +47,10 @@ impl DlqInspector {
     pub async fn get(&self, id: EventId) -> Result<Event> {
         match self.store.get_event(id).await? {
             Some(e) if e.status == EventStatus::Dlq => Ok(e),
-            _ => Err(Error::EventNotFound(id.to_string(), " in the dead-letter queue")),
+            _ => Err(Error::EventNotFound(
+                id.to_string(),
+                " in the dead-letter queue",
+            )),
         }
     }
 
@@ -58,7 +61,10 @@ impl DlqInspector {
         if self.store.dlq_retry(id, self.clock.now()).await? {
             Ok(())
         } else {
-            Err(Error::EventNotFound(id.to_string(), " in the dead-letter queue"))
+            Err(Error::EventNotFound(
+                id.to_string(),
+                " in the dead-letter queue",
+            ))
         }
     }
 

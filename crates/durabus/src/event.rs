@@ -249,7 +249,10 @@ mod tests {
     fn ids_parse_and_reject_garbage() {
         let id = EventId::new();
         assert_eq!(id.to_string().parse::<EventId>().ok(), Some(id));
-        assert!(matches!("nope".parse::<EventId>(), Err(Error::InvalidId(_))));
+        assert!(matches!(
+            "nope".parse::<EventId>(),
+            Err(Error::InvalidId(_))
+        ));
         assert!(EventId::new() > id, "v7 ids are time ordered");
     }
 
@@ -257,7 +260,10 @@ mod tests {
     fn event_serialises_payload_as_json_not_as_a_string() {
         let e = NewEvent::new("a.b", &serde_json::json!({"k": [1, 2]}))
             .map(|n| n.into_event(EventStatus::Pending, Timestamp(5)));
-        let text = e.ok().and_then(|e| serde_json::to_string(&e).ok()).unwrap_or_default();
+        let text = e
+            .ok()
+            .and_then(|e| serde_json::to_string(&e).ok())
+            .unwrap_or_default();
         assert!(text.contains(r#""payload":{"k":[1,2]}"#), "{text}");
         assert!(text.contains(r#""type":"a.b""#), "{text}");
     }

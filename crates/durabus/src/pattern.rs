@@ -20,7 +20,10 @@ fn check_shape(s: &str, allow_star: bool) -> std::result::Result<(), &'static st
     if s.len() > MAX_TYPE_LEN {
         return Err("it is longer than 255 bytes");
     }
-    if let Some(c) = s.chars().find(|&c| !(allowed(c) || (allow_star && c == '*'))) {
+    if let Some(c) = s
+        .chars()
+        .find(|&c| !(allowed(c) || (allow_star && c == '*')))
+    {
         return Err(if c == '*' {
             "'*' is only allowed in subscription patterns"
         } else if c.is_whitespace() {
@@ -129,7 +132,15 @@ mod tests {
 
     #[test]
     fn bad_patterns_and_types_are_rejected_with_reasons() {
-        for bad in ["", "user created", "user..created", ".user", "user.", "user.?", "é"] {
+        for bad in [
+            "",
+            "user created",
+            "user..created",
+            ".user",
+            "user.",
+            "user.?",
+            "é",
+        ] {
             assert!(
                 matches!(Pattern::new(bad), Err(Error::InvalidPattern(..))),
                 "{bad:?}"

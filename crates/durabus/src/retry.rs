@@ -182,7 +182,15 @@ mod tests {
     #[test]
     fn the_delay_table() {
         let p = RetryPolicy::default();
-        let table = [(1, 0), (2, 1000), (3, 2000), (4, 4000), (5, 8000), (6, 16000), (7, 30000)];
+        let table = [
+            (1, 0),
+            (2, 1000),
+            (3, 2000),
+            (4, 4000),
+            (5, 8000),
+            (6, 16000),
+            (7, 30000),
+        ];
         for (attempt, expected) in table {
             assert_eq!(p.delay(attempt), ms(expected), "attempt {attempt}");
         }
@@ -233,7 +241,10 @@ mod tests {
         assert_eq!(p.max_retries, 1);
         // Two overrides both lower than the default: the max of the two, not the default 3.
         let o2 = RetryOverride::default().max_retries(2);
-        assert_eq!(RetryPolicy::merge(&RetryPolicy::default(), [&o, &o2]).max_retries, 2);
+        assert_eq!(
+            RetryPolicy::merge(&RetryPolicy::default(), [&o, &o2]).max_retries,
+            2
+        );
     }
 
     #[test]

@@ -9,9 +9,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::BusConfig;
 use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
+use crate::store::Store;
 #[cfg(feature = "sqlite")]
 use crate::store::sqlite::{Durability, SqliteOptions, SqliteStore};
-use crate::store::Store;
 
 enum Source {
     None,

@@ -231,14 +231,18 @@ impl EventBus {
         let pattern = Pattern::new(pattern)?;
         let timeout = options.timeout.unwrap_or(self.inner.config.handler_timeout);
         if timeout.is_zero() {
-            return Err(Error::InvalidConfig("subscription timeout must be above zero".into()));
+            return Err(Error::InvalidConfig(
+                "subscription timeout must be above zero".into(),
+            ));
         }
         if let Some(o) = &options.retry {
             self.inner.config.retry.with_override(o).validate()?;
         }
         if let Some(name) = &options.name {
             if name.trim().is_empty() {
-                return Err(Error::InvalidConfig("subscription name must not be empty".into()));
+                return Err(Error::InvalidConfig(
+                    "subscription name must not be empty".into(),
+                ));
             }
             if self.inner.registry.has_key(name) {
                 return Err(Error::InvalidConfig(format!(

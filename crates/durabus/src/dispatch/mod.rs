@@ -33,7 +33,10 @@ async fn run_handler(sub: &Subscription, event: Event) -> Result<(), String> {
         Ok(Err(join)) => Err(format!("handler task failed: {join}")),
         Err(_) => {
             task.abort();
-            Err(format!("handler timed out after {} ms", sub.timeout.as_millis()))
+            Err(format!(
+                "handler timed out after {} ms",
+                sub.timeout.as_millis()
+            ))
         }
     }
 }
@@ -46,8 +49,12 @@ pub(crate) async fn deliver(inner: &Arc<Inner>, event: Event) {
     let now = inner.clock.now();
     match inner.store.record(outcome, now).await {
         Ok(true) => {}
-        Ok(false) => tracing::warn!(event_id = %id, "outcome not recorded: the event is no longer processing"),
-        Err(e) => tracing::error!(event_id = %id, error = %e, "outcome not recorded; the event will be recovered on the next start"),
+        Ok(false) => {
+            tracing::warn!(event_id = %id, "outcome not recorded: the event is no longer processing")
+        }
+        Err(e) => {
+            tracing::error!(event_id = %id, error = %e, "outcome not recorded; the event will be recovered on the next start")
+        }
     }
 }
 

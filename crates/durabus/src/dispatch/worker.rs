@@ -55,7 +55,10 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, mut stop: watch::Receiver<bool
         let got = claimed.len();
         first.forget();
         if got > 1 {
-            match slots.clone().try_acquire_many_owned(u32::try_from(got - 1).unwrap_or(u32::MAX)) {
+            match slots
+                .clone()
+                .try_acquire_many_owned(u32::try_from(got - 1).unwrap_or(u32::MAX))
+            {
                 Ok(p) => p.forget(),
                 Err(_) => tracing::error!("worker slots out of step; continuing"),
             }

@@ -50,7 +50,10 @@ pub async fn list_pages_dead_events_newest_first(h: &Harness) {
     want.reverse();
     assert_eq!(got, want, "newest first, only dead events");
     assert!(!got.contains(&ok));
-    assert!(all.iter().all(|e| e.status == EventStatus::Dlq && e.errors.len() == 1));
+    assert!(
+        all.iter()
+            .all(|e| e.status == EventStatus::Dlq && e.errors.len() == 1)
+    );
     let page: Vec<_> = dlq.list(1, 2).await.unwrap().iter().map(|e| e.id).collect();
     assert_eq!(page, want[1..3].to_vec());
     assert!(dlq.list(5, 10).await.unwrap().is_empty());
@@ -75,7 +78,10 @@ pub async fn retry_resets_a_dead_event_and_it_is_delivered_again(h: &Harness) {
     assert_eq!(e.retry_count, 0, "full reset");
     assert!(e.errors.is_empty(), "errors cleared");
     assert_eq!(e.dlq_at, None);
-    assert!(matches!(inspector.retry(id).await, Err(Error::EventNotFound(..))), "not dead any more");
+    assert!(
+        matches!(inspector.retry(id).await, Err(Error::EventNotFound(..))),
+        "not dead any more"
+    );
     assert!(matches!(
         inspector.retry(EventId::new()).await,
         Err(Error::EventNotFound(..))
@@ -93,13 +99,21 @@ pub async fn purge_deletes_dead_events_created_at_or_before_the_cutoff(h: &Harne
     let healthy = bus.publish("alive.x", &1).await.unwrap();
     // Now: edge is exactly 2 days old + 1 ms... set the clock so edge is exactly at the cutoff.
     let edge_created = get(&bus, edge).await.created_at;
-    h.clock.set(edge_created.add(Duration::from_secs(2 * 86_400)));
+    h.clock
+        .set(edge_created.add(Duration::from_secs(2 * 86_400)));
     let dlq = bus.dlq();
-    assert_eq!(dlq.purge(2).await.unwrap(), 2, "old and the one exactly at the cutoff");
+    assert_eq!(
+        dlq.purge(2).await.unwrap(),
+        2,
+        "old and the one exactly at the cutoff"
+    );
     assert!(bus.store().get_event(old).await.unwrap().is_none());
     assert!(bus.store().get_event(edge).await.unwrap().is_none());
     assert!(bus.store().get_event(young).await.unwrap().is_some());
-    assert!(bus.store().get_event(healthy).await.unwrap().is_some(), "only dead events are purged");
+    assert!(
+        bus.store().get_event(healthy).await.unwrap().is_some(),
+        "only dead events are purged"
+    );
     assert_eq!(dlq.purge(0).await.unwrap(), 1);
     assert_eq!(dlq.purge(0).await.unwrap(), 0);
     bus.shutdown().await.unwrap();

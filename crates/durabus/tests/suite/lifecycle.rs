@@ -16,7 +16,12 @@ pub async fn publish_subscribe_and_enqueue_after_shutdown_fail(h: &Harness) {
     assert!(matches!(bus.publish("a.b", &1).await, Err(Error::Shutdown)));
     assert!(matches!(bus.enqueue("a.b", &1).await, Err(Error::Shutdown)));
     assert!(matches!(
-        bus.subscribe("a.*", |_e: Event| async { Ok(()) }, SubscribeOptions::default()).await,
+        bus.subscribe(
+            "a.*",
+            |_e: Event| async { Ok(()) },
+            SubscribeOptions::default()
+        )
+        .await,
         Err(Error::Shutdown)
     ));
     assert!(matches!(bus.start().await, Err(Error::Shutdown)));
@@ -50,10 +55,17 @@ pub async fn shutdown_waits_for_in_flight_dispatches(h: &Harness) {
     })
     .await;
     bus.shutdown().await.unwrap();
-    assert_eq!(finished.load(Ordering::SeqCst), 1, "shutdown returned before the handler finished");
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        1,
+        "shutdown returned before the handler finished"
+    );
     // The outcome was recorded before the store closed.
     let store = h.backend.open().await;
-    assert_eq!(store.get_event(id).await.unwrap().unwrap().status, EventStatus::Done);
+    assert_eq!(
+        store.get_event(id).await.unwrap().unwrap().status,
+        EventStatus::Done
+    );
     store.close().await.unwrap();
 }
 
@@ -84,7 +96,10 @@ pub async fn drain_timeout_abandons_handlers_and_recovery_finishes_them(h: &Harn
     .await;
     let started = Instant::now();
     bus.shutdown().await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(5), "shutdown ignored its timeout");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown ignored its timeout"
+    );
 
     // Next start: the event left in processing is recovered and delivered.
     let bus = h.bus().await;
@@ -122,10 +137,16 @@ pub async fn start_recovers_events_stuck_in_processing(h: &Harness) {
         ids.push(e.id);
         batch.push(e);
     }
-    store.insert(batch, InsertMode::Claimed, h.clock.now()).await.unwrap();
+    store
+        .insert(batch, InsertMode::Claimed, h.clock.now())
+        .await
+        .unwrap();
     let other = NewEvent::new("crash.y", &0).unwrap();
     let other_id = other.id;
-    store.insert(vec![other], InsertMode::Pending, h.clock.now()).await.unwrap();
+    store
+        .insert(vec![other], InsertMode::Pending, h.clock.now())
+        .await
+        .unwrap();
     store.close().await.unwrap();
 
     let bus = h.bus().await;
@@ -144,7 +165,11 @@ pub async fn start_recovers_events_stuck_in_processing(h: &Harness) {
     )
     .await
     .unwrap();
-    assert_eq!(bus.start().await.unwrap(), 100, "only processing events are recovered");
+    assert_eq!(
+        bus.start().await.unwrap(),
+        100,
+        "only processing events are recovered"
+    );
     for id in &ids {
         let e = wait_status(&bus, *id, EventStatus::Done).await;
         assert_eq!(e.retry_count, 1);
@@ -160,9 +185,13 @@ pub async fn start_recovers_events_stuck_in_processing(h: &Harness) {
 pub async fn a_crash_during_back_off_loses_nothing(h: &Harness) {
     let id = {
         let bus = h.bus().await;
-        bus.subscribe("b.*", |_e: Event| async { Err("down".into()) }, SubscribeOptions::default())
-            .await
-            .unwrap();
+        bus.subscribe(
+            "b.*",
+            |_e: Event| async { Err("down".into()) },
+            SubscribeOptions::default(),
+        )
+        .await
+        .unwrap();
         let id = bus.publish("b.x", &1).await.unwrap();
         // No shutdown: the process "dies" while the event waits for its retry.
         drop(bus);
@@ -172,9 +201,13 @@ pub async fn a_crash_during_back_off_loses_nothing(h: &Harness) {
     let e = get(&bus, id).await;
     assert_eq!(e.status, EventStatus::Pending);
     let due = e.next_attempt_at.expect("the retry time is persisted");
-    bus.subscribe("b.*", |_e: Event| async { Ok(()) }, SubscribeOptions::default())
-        .await
-        .unwrap();
+    bus.subscribe(
+        "b.*",
+        |_e: Event| async { Ok(()) },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
     bus.start().await.unwrap();
     h.clock.set(due);
     let e = wait_status(&bus, id, EventStatus::Done).await;

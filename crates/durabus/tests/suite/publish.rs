@@ -58,10 +58,19 @@ pub async fn metadata_is_stored_and_handed_to_handlers(h: &Harness) {
     )
     .await
     .unwrap();
-    let ev = NewEvent::new("a.b", &1).unwrap().with_metadata("trace", "t-1");
+    let ev = NewEvent::new("a.b", &1)
+        .unwrap()
+        .with_metadata("trace", "t-1");
     let id = bus.publish_event(ev).await.unwrap();
     assert_eq!(seen.all(), vec!["t-1"]);
-    assert_eq!(get(&bus, id).await.metadata.get("trace").map(String::as_str), Some("t-1"));
+    assert_eq!(
+        get(&bus, id)
+            .await
+            .metadata
+            .get("trace")
+            .map(String::as_str),
+        Some("t-1")
+    );
     bus.shutdown().await.unwrap();
 }
 
@@ -172,7 +181,13 @@ pub async fn patterns_route_events_as_the_matching_table_says(h: &Harness) {
         .await
         .unwrap();
     }
-    for t in ["user.created", "user.updated", "order.created", "order.123.shipped", "order.shipped"] {
+    for t in [
+        "user.created",
+        "user.updated",
+        "order.created",
+        "order.123.shipped",
+        "order.shipped",
+    ] {
         bus.publish(t, &()).await.unwrap();
     }
     let mut got = seen.all();
@@ -281,7 +296,12 @@ pub async fn bad_input_is_rejected_and_nothing_is_stored(h: &Harness) {
         Err(Error::InvalidEventType(..))
     ));
     assert!(matches!(
-        bus.subscribe("", |_e: Event| async { Ok(()) }, SubscribeOptions::default()).await,
+        bus.subscribe(
+            "",
+            |_e: Event| async { Ok(()) },
+            SubscribeOptions::default()
+        )
+        .await,
         Err(Error::InvalidPattern(..))
     ));
     assert!(matches!(
@@ -293,15 +313,27 @@ pub async fn bad_input_is_rejected_and_nothing_is_stored(h: &Harness) {
         .await,
         Err(Error::InvalidConfig(_))
     ));
-    bus.subscribe("a.*", |_e: Event| async { Ok(()) }, SubscribeOptions::default().name("n"))
-        .await
-        .unwrap();
+    bus.subscribe(
+        "a.*",
+        |_e: Event| async { Ok(()) },
+        SubscribeOptions::default().name("n"),
+    )
+    .await
+    .unwrap();
     assert!(matches!(
-        bus.subscribe("b.*", |_e: Event| async { Ok(()) }, SubscribeOptions::default().name("n"))
-            .await,
+        bus.subscribe(
+            "b.*",
+            |_e: Event| async { Ok(()) },
+            SubscribeOptions::default().name("n")
+        )
+        .await,
         Err(Error::InvalidConfig(_))
     ));
-    let all = bus.store().list_events(EventQuery::default()).await.unwrap();
+    let all = bus
+        .store()
+        .list_events(EventQuery::default())
+        .await
+        .unwrap();
     assert!(all.is_empty(), "nothing may be stored: {all:?}");
     // At the limit exactly is fine.
     bus.publish("a.b", &"y".repeat(62)).await.unwrap();

@@ -32,9 +32,13 @@ fn within_jitter(actual_ms: i64, expected_ms: i64) -> bool {
 pub async fn a_failure_is_retried_on_the_persisted_schedule(h: &Harness) {
     let bus = h.bus().await;
     let calls = Arc::new(AtomicU32::new(0));
-    bus.subscribe("pay.*", flaky(3, calls.clone()), SubscribeOptions::default())
-        .await
-        .unwrap();
+    bus.subscribe(
+        "pay.*",
+        flaky(3, calls.clone()),
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
     bus.start().await.unwrap();
     let t0 = h.clock.now();
     let id = bus.publish("pay.charge", &1).await.unwrap();
@@ -58,11 +62,19 @@ pub async fn a_failure_is_retried_on_the_persisted_schedule(h: &Harness) {
         let due = e.next_attempt_at.unwrap();
         let wait = due.as_millis() - h.clock.now().as_millis();
         let want = expected.next().unwrap();
-        assert!(within_jitter(wait, want), "attempt {} waits {wait} ms, want {want} ±10 %", attempt + 1);
+        assert!(
+            within_jitter(wait, want),
+            "attempt {} waits {wait} ms, want {want} ±10 %",
+            attempt + 1
+        );
         // Not delivered before its time.
         h.advance(Duration::from_millis((wait as u64).saturating_sub(1)));
         tokio::time::sleep(Duration::from_millis(30)).await;
-        assert_eq!(calls.load(Ordering::SeqCst), attempt, "ran before its retry time");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            attempt,
+            "ran before its retry time"
+        );
         h.advance(Duration::from_millis(1));
     }
     let e = wait_status(&bus, id, EventStatus::Done).await;
@@ -101,9 +113,13 @@ async fn drive_to_dlq(h: &Harness, bus: &durabus::EventBus, id: durabus::EventId
 pub async fn exhausted_retries_move_the_event_to_the_dlq_intact(h: &Harness) {
     let bus = h.bus().await;
     let calls = Arc::new(AtomicU32::new(0));
-    bus.subscribe("pay.*", flaky(u32::MAX, calls.clone()), SubscribeOptions::default())
-        .await
-        .unwrap();
+    bus.subscribe(
+        "pay.*",
+        flaky(u32::MAX, calls.clone()),
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
     bus.start().await.unwrap();
     let id = bus
         .publish("pay.charge", &serde_json::json!({"amount": 5}))
@@ -111,7 +127,11 @@ pub async fn exhausted_retries_move_the_event_to_the_dlq_intact(h: &Harness) {
         .unwrap();
     let e = drive_to_dlq(h, &bus, id).await;
     let policy = RetryPolicy::default();
-    assert_eq!(calls.load(Ordering::SeqCst), policy.max_retries + 1, "maxRetries + 1 attempts");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        policy.max_retries + 1,
+        "maxRetries + 1 attempts"
+    );
     assert_eq!(e.retry_count, 4);
     assert_eq!(e.errors.len(), 4, "one error per attempt: {:?}", e.errors);
     for (i, err) in e.errors.iter().enumerate() {
@@ -135,7 +155,11 @@ pub async fn overrides_of_matching_subscriptions_merge_most_permissively(h: &Har
     bus.subscribe(
         "m.*",
         flaky(0, a.clone()),
-        SubscribeOptions::default().retry(RetryOverride::default().max_retries(1).base_delay(Duration::from_millis(300))),
+        SubscribeOptions::default().retry(
+            RetryOverride::default()
+                .max_retries(1)
+                .base_delay(Duration::from_millis(300)),
+        ),
     )
     .await
     .unwrap();
@@ -172,8 +196,16 @@ pub async fn overrides_of_matching_subscriptions_merge_most_permissively(h: &Har
     let wait = e.next_attempt_at.unwrap().as_millis() - h.clock.now().as_millis();
     assert!(within_jitter(wait, 300), "waits {wait}");
     let e = drive_to_dlq(h, &bus, id).await;
-    assert_eq!(b.load(Ordering::SeqCst), 6, "max(1, 5) retries = 6 attempts");
-    assert_eq!(a.load(Ordering::SeqCst), 1, "the handler that succeeded ran once");
+    assert_eq!(
+        b.load(Ordering::SeqCst),
+        6,
+        "max(1, 5) retries = 6 attempts"
+    );
+    assert_eq!(
+        a.load(Ordering::SeqCst),
+        1,
+        "the handler that succeeded ran once"
+    );
     assert_eq!(e.retry_count, 6);
     bus.shutdown().await.unwrap();
 }
@@ -183,21 +215,41 @@ pub async fn a_retry_runs_only_the_handlers_that_have_not_succeeded(h: &Harness)
     let ok_calls = Arc::new(AtomicU32::new(0));
     let bad_calls = Arc::new(AtomicU32::new(0));
     let after_calls = Arc::new(AtomicU32::new(0));
-    bus.subscribe("p.*", flaky(0, ok_calls.clone()), SubscribeOptions::default())
-        .await
-        .unwrap();
-    bus.subscribe("p.*", flaky(1, bad_calls.clone()), SubscribeOptions::default())
-        .await
-        .unwrap();
-    bus.subscribe("p.*", flaky(0, after_calls.clone()), SubscribeOptions::default())
-        .await
-        .unwrap();
+    bus.subscribe(
+        "p.*",
+        flaky(0, ok_calls.clone()),
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.subscribe(
+        "p.*",
+        flaky(1, bad_calls.clone()),
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.subscribe(
+        "p.*",
+        flaky(0, after_calls.clone()),
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
     bus.start().await.unwrap();
     let id = bus.publish("p.x", &1).await.unwrap();
     let e = get(&bus, id).await;
     assert_eq!(e.status, EventStatus::Pending);
-    assert_eq!(e.delivered.len(), 1, "the first handler is recorded as delivered");
-    assert_eq!(after_calls.load(Ordering::SeqCst), 0, "handlers after a failure do not run");
+    assert_eq!(
+        e.delivered.len(),
+        1,
+        "the first handler is recorded as delivered"
+    );
+    assert_eq!(
+        after_calls.load(Ordering::SeqCst),
+        0,
+        "handlers after a failure do not run"
+    );
     h.advance(Duration::from_secs(2));
     let e = wait_status(&bus, id, EventStatus::Done).await;
     assert_eq!(ok_calls.load(Ordering::SeqCst), 1);
@@ -212,12 +264,20 @@ pub async fn named_delivery_records_survive_a_restart(h: &Harness) {
     let bad_calls = Arc::new(AtomicU32::new(0));
     let id = {
         let bus = h.bus().await;
-        bus.subscribe("r.*", flaky(0, ok_calls.clone()), SubscribeOptions::default().name("mailer"))
-            .await
-            .unwrap();
-        bus.subscribe("r.*", flaky(u32::MAX, bad_calls.clone()), SubscribeOptions::default().name("ledger"))
-            .await
-            .unwrap();
+        bus.subscribe(
+            "r.*",
+            flaky(0, ok_calls.clone()),
+            SubscribeOptions::default().name("mailer"),
+        )
+        .await
+        .unwrap();
+        bus.subscribe(
+            "r.*",
+            flaky(u32::MAX, bad_calls.clone()),
+            SubscribeOptions::default().name("ledger"),
+        )
+        .await
+        .unwrap();
         let id = bus.publish("r.x", &1).await.unwrap();
         bus.shutdown().await.unwrap();
         id
@@ -225,19 +285,38 @@ pub async fn named_delivery_records_survive_a_restart(h: &Harness) {
     assert_eq!(ok_calls.load(Ordering::SeqCst), 1);
     // A new process: the same names, and the ledger works now.
     let bus = h.bus().await;
-    bus.subscribe("r.*", flaky(0, ok_calls.clone()), SubscribeOptions::default().name("mailer"))
-        .await
-        .unwrap();
-    bus.subscribe("r.*", flaky(0, bad_calls.clone()), SubscribeOptions::default().name("ledger"))
-        .await
-        .unwrap();
+    bus.subscribe(
+        "r.*",
+        flaky(0, ok_calls.clone()),
+        SubscribeOptions::default().name("mailer"),
+    )
+    .await
+    .unwrap();
+    bus.subscribe(
+        "r.*",
+        flaky(0, bad_calls.clone()),
+        SubscribeOptions::default().name("ledger"),
+    )
+    .await
+    .unwrap();
     bus.start().await.unwrap();
     h.advance(Duration::from_secs(2));
     let e = wait_status(&bus, id, EventStatus::Done).await;
-    assert_eq!(ok_calls.load(Ordering::SeqCst), 1, "mailer is not run twice");
+    assert_eq!(
+        ok_calls.load(Ordering::SeqCst),
+        1,
+        "mailer is not run twice"
+    );
     assert_eq!(bad_calls.load(Ordering::SeqCst), 2);
-    assert_eq!(e.delivered, vec!["mailer".to_string(), "ledger".to_string()]);
-    assert_eq!(bus.store().subscriptions().await.unwrap().len(), 2, "rows replaced by name");
+    assert_eq!(
+        e.delivered,
+        vec!["mailer".to_string(), "ledger".to_string()]
+    );
+    assert_eq!(
+        bus.store().subscriptions().await.unwrap().len(),
+        2,
+        "rows replaced by name"
+    );
     bus.shutdown().await.unwrap();
 }
 
@@ -259,7 +338,11 @@ pub async fn a_handler_timeout_is_a_failure(h: &Harness) {
     let e = get(&bus, id).await;
     assert_eq!(e.status, EventStatus::Pending);
     assert_eq!(e.retry_count, 1);
-    assert!(e.errors[0].contains("timed out after 20 ms"), "{:?}", e.errors);
+    assert!(
+        e.errors[0].contains("timed out after 20 ms"),
+        "{:?}",
+        e.errors
+    );
     bus.shutdown().await.unwrap();
 }
 
@@ -309,7 +392,11 @@ pub async fn a_panicking_handler_does_not_take_the_bus_down(h: &Harness) {
     let id = bus.publish("p.x", &1).await.unwrap();
     let e = get(&bus, id).await;
     assert_eq!(e.status, EventStatus::Pending);
-    assert!(e.errors[0].contains("handler panicked: handler bug"), "{:?}", e.errors);
+    assert!(
+        e.errors[0].contains("handler panicked: handler bug"),
+        "{:?}",
+        e.errors
+    );
     h.advance(Duration::from_secs(2));
     wait_status(&bus, id, EventStatus::Done).await;
     // The bus still takes new work.

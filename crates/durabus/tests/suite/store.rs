@@ -18,7 +18,11 @@ pub async fn claims_only_due_events_and_never_the_same_twice(h: &Harness) {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 50, "an event was claimed twice");
-    assert!(a.iter().chain(b.iter()).all(|e| e.status == EventStatus::Processing));
+    assert!(
+        a.iter()
+            .chain(b.iter())
+            .all(|e| e.status == EventStatus::Processing)
+    );
     assert!(store.claim_due(now, 10).await.unwrap().is_empty());
     // A retry scheduled in the future is not due yet.
     let id = a[0].id;
@@ -31,7 +35,10 @@ pub async fn claims_only_due_events_and_never_the_same_twice(h: &Harness) {
         next_attempt_at: later,
     };
     assert!(store.record(retry.clone(), now).await.unwrap());
-    assert!(!store.record(retry, now).await.unwrap(), "only processing events take outcomes");
+    assert!(
+        !store.record(retry, now).await.unwrap(),
+        "only processing events take outcomes"
+    );
     assert_eq!(store.next_due().await.unwrap(), Some(later));
     assert!(store.claim_due(now, 10).await.unwrap().is_empty());
     let got = store.claim_due(later, 10).await.unwrap();
@@ -47,8 +54,18 @@ pub async fn claims_come_out_earliest_due_first(h: &Harness) {
     let first = NewEvent::new("o.x", &1).unwrap();
     let second = NewEvent::new("o.x", &2).unwrap();
     let (f, s) = (first.id, second.id);
-    store.insert(vec![second], InsertMode::Pending, t0.add(Duration::from_millis(5))).await.unwrap();
-    store.insert(vec![first], InsertMode::Pending, t0).await.unwrap();
+    store
+        .insert(
+            vec![second],
+            InsertMode::Pending,
+            t0.add(Duration::from_millis(5)),
+        )
+        .await
+        .unwrap();
+    store
+        .insert(vec![first], InsertMode::Pending, t0)
+        .await
+        .unwrap();
     let got: Vec<_> = store
         .claim_due(t0.add(Duration::from_secs(1)), 10)
         .await
@@ -64,11 +81,22 @@ pub async fn listing_filters_by_status_and_type_and_counts(h: &Harness) {
     let store = h.backend.open().await;
     let now = h.clock.now();
     store
-        .insert(vec![NewEvent::new("t.a", &1).unwrap(), NewEvent::new("t.b", &1).unwrap()], InsertMode::Pending, now)
+        .insert(
+            vec![
+                NewEvent::new("t.a", &1).unwrap(),
+                NewEvent::new("t.b", &1).unwrap(),
+            ],
+            InsertMode::Pending,
+            now,
+        )
         .await
         .unwrap();
     store
-        .insert(vec![NewEvent::new("t.a", &2).unwrap()], InsertMode::Claimed, now)
+        .insert(
+            vec![NewEvent::new("t.a", &2).unwrap()],
+            InsertMode::Claimed,
+            now,
+        )
         .await
         .unwrap();
     let q = |status: Option<EventStatus>, t: Option<&str>| EventQuery {
@@ -77,10 +105,24 @@ pub async fn listing_filters_by_status_and_type_and_counts(h: &Harness) {
         ..EventQuery::default()
     };
     assert_eq!(store.list_events(q(None, None)).await.unwrap().len(), 3);
-    assert_eq!(store.list_events(q(Some(EventStatus::Pending), None)).await.unwrap().len(), 2);
-    assert_eq!(store.list_events(q(None, Some("t.a"))).await.unwrap().len(), 2);
     assert_eq!(
-        store.list_events(q(Some(EventStatus::Processing), Some("t.a"))).await.unwrap().len(),
+        store
+            .list_events(q(Some(EventStatus::Pending), None))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        store.list_events(q(None, Some("t.a"))).await.unwrap().len(),
+        2
+    );
+    assert_eq!(
+        store
+            .list_events(q(Some(EventStatus::Processing), Some("t.a")))
+            .await
+            .unwrap()
+            .len(),
         1
     );
     let counts = store.counts().await.unwrap();
@@ -100,14 +142,26 @@ pub async fn data_survives_close_and_reopen_and_closed_stores_refuse_work(h: &Ha
     let store = h.backend.open().await;
     let e = NewEvent::new("k.x", &serde_json::json!({"a": [1, 2]})).unwrap();
     let id = e.id;
-    store.insert(vec![e], InsertMode::Pending, h.clock.now()).await.unwrap();
+    store
+        .insert(vec![e], InsertMode::Pending, h.clock.now())
+        .await
+        .unwrap();
     store.close().await.unwrap();
     store.close().await.unwrap();
     assert!(matches!(
-        store.insert(vec![NewEvent::new("k.y", &1).unwrap()], InsertMode::Pending, h.clock.now()).await,
+        store
+            .insert(
+                vec![NewEvent::new("k.y", &1).unwrap()],
+                InsertMode::Pending,
+                h.clock.now()
+            )
+            .await,
         Err(durabus::Error::StoreClosed)
     ));
-    assert!(matches!(store.get_event(id).await, Err(durabus::Error::StoreClosed)));
+    assert!(matches!(
+        store.get_event(id).await,
+        Err(durabus::Error::StoreClosed)
+    ));
     let store: std::sync::Arc<dyn Store> = h.backend.open().await;
     let got = store.get_event(id).await.unwrap().unwrap();
     assert_eq!(got.payload, r#"{"a":[1,2]}"#);

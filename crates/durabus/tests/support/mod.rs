@@ -91,13 +91,20 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(start.elapsed() < Duration::from_secs(10), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
 pub async fn get(bus: &EventBus, id: EventId) -> Event {
-    bus.store().get_event(id).await.unwrap().expect("event exists")
+    bus.store()
+        .get_event(id)
+        .await
+        .unwrap()
+        .expect("event exists")
 }
 
 /// Waits until the event has `status`.

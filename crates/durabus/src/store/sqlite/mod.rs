@@ -3,7 +3,7 @@
 
 mod rows;
 mod schema;
-mod writer;
+pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +16,8 @@ use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
 use tokio::sync::{Notify, oneshot};
 
 pub use schema::SCHEMA_VERSION;
+#[doc(hidden)]
+pub use writer::DUE_QUERY;
 
 use self::rows::{EVENT_COLUMNS, event_from_row};
 use self::writer::{Msg, Op, Reply, Writer, retry_busy};
@@ -150,7 +152,9 @@ impl SqliteStore {
         conn.execute_batch(&format!(
             "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;"
         ))?;
-        retry_busy(options.lock_timeout, || conn.execute_batch("BEGIN IMMEDIATE"))?;
+        retry_busy(options.lock_timeout, || {
+            conn.execute_batch("BEGIN IMMEDIATE")
+        })?;
         if let Err(e) = schema::migrate(&conn) {
             let _ = conn.execute_batch("ROLLBACK");
             return Err(match e {
@@ -264,7 +268,8 @@ impl Store for SqliteStore {
     async fn next_due(&self) -> Result<Option<Timestamp>> {
         self.read(|c| {
             c.prepare_cached(
-                "SELECT next_attempt_at FROM events WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1",
+                "SELECT next_attempt_at FROM events INDEXED BY events_due
+                 WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1",
             )?
             .query_row([], |r| r.get::<_, Option<i64>>(0))
             .optional()

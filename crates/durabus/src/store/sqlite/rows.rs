@@ -28,7 +28,9 @@ pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
     let id: String = row.get(0)?;
     let status: String = row.get(3)?;
     Ok(Event {
-        id: id.parse::<EventId>().map_err(|e| corrupt(0, e.to_string()))?,
+        id: id
+            .parse::<EventId>()
+            .map_err(|e| corrupt(0, e.to_string()))?,
         event_type: row.get(1)?,
         payload: row.get(2)?,
         status: status

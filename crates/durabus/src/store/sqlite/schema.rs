@@ -57,7 +57,11 @@ pub fn migrate(conn: &Connection) -> Result<()> {
             supported: SCHEMA_VERSION,
         });
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(usize::try_from(current).unwrap_or(0)) {
+    for (i, sql) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .skip(usize::try_from(current).unwrap_or(0))
+    {
         conn.execute_batch(sql)?;
         conn.execute(
             "INSERT INTO durabus_meta (key, value) VALUES ('schema_version', ?1)

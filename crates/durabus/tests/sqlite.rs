@@ -1,0 +1,328 @@
+//! Behaviour specific to the SQLite store: WAL, files that are not databases, schema versions,
+//! and locks held by other processes.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use durabus::{
+    Error, EventBus, EventQuery, EventStatus, InsertMode, NewEvent, SqliteOptions, SqliteStore,
+    Store, Timestamp,
+};
+use rusqlite::Connection;
+
+fn temp() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    (dir, path)
+}
+
+#[tokio::test]
+async fn the_database_is_a_file_in_wal_mode_with_the_schema() {
+    let (_dir, path) = temp();
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let version: String = conn
+        .query_row(
+            "SELECT value FROM durabus_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, durabus::store::sqlite::SCHEMA_VERSION.to_string());
+    for col in [
+        "next_attempt_at",
+        "dlq_at",
+        "retry_count",
+        "last_error",
+        "metadata",
+    ] {
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('events') WHERE name = ?1",
+                [col],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 1, "column {col}");
+    }
+    // The claim is served by the partial index on due events.
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            durabus::store::sqlite::DUE_QUERY
+        ))
+        .unwrap()
+        .query_map([5, 10], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
+    assert!(
+        !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+        "the claim must not sort: {plan:?}"
+    );
+    // Even after ANALYZE on a table full of pending rows.
+    drop(conn);
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap();
+    let batch: Vec<_> = (0..2000)
+        .map(|i| NewEvent::new("p.x", &i).unwrap())
+        .collect();
+    store
+        .insert(batch, InsertMode::Pending, Timestamp(1))
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch("ANALYZE").unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!(
+            "EXPLAIN QUERY PLAN {}",
+            durabus::store::sqlite::DUE_QUERY
+        ))
+        .unwrap()
+        .query_map([5, 10], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(plan.iter().any(|p| p.contains("events_due")), "{plan:?}");
+}
+
+#[tokio::test]
+async fn memory_databases_and_missing_files_are_refused_clearly() {
+    assert!(matches!(
+        SqliteStore::open(":memory:", SqliteOptions::default()).await,
+        Err(Error::InvalidConfig(_))
+    ));
+    let (_dir, path) = temp();
+    let opts = SqliteOptions {
+        create: false,
+        ..SqliteOptions::default()
+    };
+    assert!(matches!(
+        SqliteStore::open(&path, opts).await,
+        Err(Error::DatabaseMissing(_))
+    ));
+    assert!(
+        !path.exists(),
+        "opening without create must not create the file"
+    );
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused() {
+    let (dir, path) = temp();
+    std::fs::write(
+        &path,
+        b"this is a text file, not a database, and it is long enough to matter",
+    )
+    .unwrap();
+    let err = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotADatabase { .. }), "{err:?}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        b"this is a text file, not a database, and it is long enough to matter",
+        "the file must be left alone"
+    );
+    let err = SqliteStore::open(dir.path(), SqliteOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::NotADatabase { .. }), "{err:?}");
+    let err = SqliteStore::open(
+        dir.path().join("no/such/dir/x.db"),
+        SqliteOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("cannot open"), "{err}");
+}
+
+#[tokio::test]
+async fn a_database_from_a_newer_version_is_refused() {
+    let (_dir, path) = temp();
+    SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE durabus_meta SET value = '999' WHERE key = 'schema_version'",
+            [],
+        )
+        .unwrap();
+    assert!(matches!(
+        SqliteStore::open(&path, SqliteOptions::default()).await,
+        Err(Error::SchemaTooNew { found: 999, .. })
+    ));
+}
+
+#[tokio::test]
+async fn the_bus_opens_beside_an_applications_own_tables() {
+    let (_dir, path) = temp();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER); INSERT INTO orders VALUES (1, 99);")
+            .unwrap();
+    }
+    let bus = EventBus::open(&path).await.unwrap();
+    let id = bus.publish("order.paid", &1).await.unwrap();
+    assert_eq!(
+        bus.store().get_event(id).await.unwrap().unwrap().status,
+        EventStatus::Done
+    );
+    bus.shutdown().await.unwrap();
+    let total: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row("SELECT total FROM orders WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(total, 99);
+}
+
+/// Holds the write lock from another connection (another process, as far as SQLite can tell).
+fn hold_write_lock(path: &std::path::Path, hold: Duration) -> std::thread::JoinHandle<()> {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    std::thread::spawn(move || {
+        std::thread::sleep(hold);
+        conn.execute_batch("COMMIT").unwrap();
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_by_another_process_is_waited_out_not_surfaced() {
+    let (_dir, path) = temp();
+    let opts = SqliteOptions {
+        busy_timeout: Duration::from_millis(10),
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open(&path, opts).await.unwrap();
+    let holder = hold_write_lock(&path, Duration::from_millis(300));
+    let started = Instant::now();
+    store
+        .insert(
+            vec![NewEvent::new("l.x", &1).unwrap()],
+            InsertMode::Pending,
+            Timestamp(1),
+        )
+        .await
+        .expect("a publish must outlast another process's lock");
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "the lock was not actually held"
+    );
+    holder.join().unwrap();
+    assert_eq!(
+        store
+            .list_events(EventQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_past_the_lock_timeout_fails_with_locked_and_stores_nothing() {
+    let (_dir, path) = temp();
+    let opts = SqliteOptions {
+        busy_timeout: Duration::from_millis(5),
+        lock_timeout: Duration::from_millis(60),
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open(&path, opts).await.unwrap();
+    let holder = hold_write_lock(&path, Duration::from_millis(400));
+    let err = store
+        .insert(
+            vec![NewEvent::new("l.x", &1).unwrap()],
+            InsertMode::Pending,
+            Timestamp(1),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Locked(_)), "{err:?}");
+    holder.join().unwrap();
+    assert!(
+        store
+            .list_events(EventQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Once the lock is gone the store works again.
+    store
+        .insert(
+            vec![NewEvent::new("l.x", &1).unwrap()],
+            InsertMode::Pending,
+            Timestamp(1),
+        )
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_are_group_committed_and_all_acknowledged() {
+    let (_dir, path) = temp();
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
+        SqliteStore::open(&path, SqliteOptions::default())
+            .await
+            .unwrap(),
+    );
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let s = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for j in 0..20 {
+                s.insert(
+                    vec![NewEvent::new("g.x", &(i * 100 + j)).unwrap()],
+                    InsertMode::Pending,
+                    Timestamp(1),
+                )
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let all = store
+        .list_events(EventQuery {
+            limit: 10_000,
+            ..EventQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 64 * 20);
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_durability_opens_and_works() {
+    let (_dir, path) = temp();
+    let bus = EventBus::builder()
+        .sqlite(&path)
+        .durability(durabus::Durability::Full)
+        .build()
+        .await
+        .unwrap();
+    let id = bus.enqueue("f.x", &1).await.unwrap();
+    assert!(bus.store().get_event(id).await.unwrap().is_some());
+    bus.shutdown().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let _ = conn;
+}
