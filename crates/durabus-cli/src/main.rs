@@ -1,1 +1,73 @@
-fn main() {}
+//! `durabus`: run a demo, list events, and operate the dead-letter queue.
+
+mod cmd;
+mod output;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// durabus: a persistent event bus. Inspect and operate a durabus database.
+#[derive(Debug, Parser)]
+#[command(name = "durabus", version, about)]
+struct Cli {
+    /// The database file.
+    #[arg(
+        long,
+        global = true,
+        env = "DURABUS_DB",
+        default_value = "./durabus.db"
+    )]
+    db: PathBuf,
+    /// Print data as JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a bus with a few handlers, publish sample events, and show them delivered, retried and
+    /// dead-lettered.
+    Demo(cmd::demo::Args),
+    /// Stored events.
+    #[command(subcommand)]
+    Events(cmd::events::EventsCommand),
+    /// The dead-letter queue.
+    #[command(subcommand)]
+    Dlq(cmd::dlq::DlqCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("durabus: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Demo(args) => cmd::demo::run(&cli.db, cli.json, args).await,
+            Command::Events(c) => cmd::events::run(&cli.db, cli.json, c).await,
+            Command::Dlq(c) => cmd::dlq::run(&cli.db, cli.json, c).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("durabus: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

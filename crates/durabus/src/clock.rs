@@ -5,13 +5,49 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use tokio::sync::watch;
 
-/// A point in time: milliseconds since the Unix epoch (UTC).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
+/// A point in time: milliseconds since the Unix epoch (UTC). Serialised as an RFC 3339 string;
+/// deserialised from such a string or from a number of milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub i64);
+
+impl Serialize for Timestamp {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Timestamp {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Repr {
+            Millis(i64),
+            Text(String),
+        }
+        match Repr::deserialize(d)? {
+            Repr::Millis(ms) => Ok(Timestamp(ms)),
+            Repr::Text(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl std::str::FromStr for Timestamp {
+    type Err = String;
+    /// Parses RFC 3339 (`2026-01-01T00:00:00Z`, fractions allowed).
+    fn from_str(s: &str) -> Result<Self, String> {
+        humantime::parse_rfc3339_weak(s.trim_end_matches('Z').trim_end_matches('z'))
+            .or_else(|_| humantime::parse_rfc3339(s))
+            .map(Timestamp::from_system_time)
+            .map_err(|e| {
+                format!(
+                    "invalid timestamp {s:?}: {e}; expected RFC 3339 such as 2026-01-01T00:00:00Z"
+                )
+            })
+    }
+}
 
 impl Timestamp {
     /// Milliseconds since the Unix epoch.
@@ -21,7 +57,7 @@ impl Timestamp {
 
     /// This time plus `d` (saturating).
     #[must_use]
-    pub fn add(self, d: Duration) -> Timestamp {
+    pub fn plus(self, d: Duration) -> Timestamp {
         Timestamp(
             self.0
                 .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
@@ -30,7 +66,7 @@ impl Timestamp {
 
     /// This time minus `d` (saturating).
     #[must_use]
-    pub fn sub(self, d: Duration) -> Timestamp {
+    pub fn minus(self, d: Duration) -> Timestamp {
         Timestamp(
             self.0
                 .saturating_sub(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
@@ -149,24 +185,40 @@ mod tests {
     #[test]
     fn manual_clock_advances_and_notifies() {
         let clock = ManualClock::new(Timestamp(1_000));
-        let mut rx = clock.jumps().into_iter().next().map(|r| r.clone());
+        let rx = clock.jumps();
         clock.advance(Duration::from_millis(250));
         assert_eq!(clock.now(), Timestamp(1_250));
-        let rx = rx.as_mut().map(|r| r.has_changed().unwrap_or(false));
-        assert_eq!(rx, Some(true));
+        assert_eq!(rx.map(|r| r.has_changed().unwrap_or(false)), Some(true));
+        assert!(SystemClock.jumps().is_none());
     }
 
     #[test]
     fn timestamp_arithmetic_and_display() {
         let t = Timestamp(1_767_225_600_000);
-        assert_eq!(t.add(Duration::from_secs(1)), Timestamp(1_767_225_601_000));
-        assert_eq!(t.sub(Duration::from_secs(1)), Timestamp(1_767_225_599_000));
+        assert_eq!(t.plus(Duration::from_secs(1)), Timestamp(1_767_225_601_000));
         assert_eq!(
-            t.until(t.add(Duration::from_millis(5))),
+            t.minus(Duration::from_secs(1)),
+            Timestamp(1_767_225_599_000)
+        );
+        assert_eq!(
+            t.until(t.plus(Duration::from_millis(5))),
             Duration::from_millis(5)
         );
-        assert_eq!(t.add(Duration::from_millis(5)).until(t), Duration::ZERO);
+        assert_eq!(t.plus(Duration::from_millis(5)).until(t), Duration::ZERO);
         assert_eq!(t.to_string(), "2026-01-01T00:00:00.000Z");
         assert_eq!(Timestamp::from_system_time(t.to_system_time()), t);
+    }
+
+    #[test]
+    fn timestamp_serde_round_trips_as_rfc3339_and_accepts_millis() {
+        let t = Timestamp(1_767_225_600_123);
+        let json = serde_json::to_string(&t).unwrap_or_default();
+        assert_eq!(json, "\"2026-01-01T00:00:00.123Z\"");
+        assert_eq!(serde_json::from_str::<Timestamp>(&json).ok(), Some(t));
+        assert_eq!(
+            serde_json::from_str::<Timestamp>("1767225600123").ok(),
+            Some(t)
+        );
+        assert!(serde_json::from_str::<Timestamp>("\"yesterday\"").is_err());
     }
 }

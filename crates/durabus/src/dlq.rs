@@ -74,7 +74,7 @@ impl DlqInspector {
         let cutoff = self
             .clock
             .now()
-            .sub(Duration::from_secs(u64::from(days) * 86_400));
+            .minus(Duration::from_secs(u64::from(days) * 86_400));
         self.store.dlq_purge(cutoff).await
     }
 }

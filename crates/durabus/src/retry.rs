@@ -249,10 +249,15 @@ mod tests {
 
     #[test]
     fn validation_rejects_nonsense() {
-        let mut p = RetryPolicy::default();
-        p.backoff_multiplier = 0.5;
+        let p = RetryPolicy {
+            backoff_multiplier: 0.5,
+            ..RetryPolicy::default()
+        };
         assert!(matches!(p.validate(), Err(Error::InvalidConfig(_))));
-        p.backoff_multiplier = f64::NAN;
+        let p = RetryPolicy {
+            backoff_multiplier: f64::NAN,
+            ..RetryPolicy::default()
+        };
         assert!(p.validate().is_err());
         let p = RetryPolicy {
             base_delay: ms(10),

@@ -118,7 +118,7 @@ async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
             retry_count,
             errors,
             delivered,
-            next_attempt_at: inner.clock.now().add(delay),
+            next_attempt_at: inner.clock.now().plus(delay),
         }
     }
 }

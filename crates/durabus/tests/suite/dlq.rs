@@ -100,7 +100,7 @@ pub async fn purge_deletes_dead_events_created_at_or_before_the_cutoff(h: &Harne
     // Now: edge is exactly 2 days old + 1 ms... set the clock so edge is exactly at the cutoff.
     let edge_created = get(&bus, edge).await.created_at;
     h.clock
-        .set(edge_created.add(Duration::from_secs(2 * 86_400)));
+        .set(edge_created.plus(Duration::from_secs(2 * 86_400)));
     let dlq = bus.dlq();
     assert_eq!(
         dlq.purge(2).await.unwrap(),

@@ -26,7 +26,7 @@ pub async fn claims_only_due_events_and_never_the_same_twice(h: &Harness) {
     assert!(store.claim_due(now, 10).await.unwrap().is_empty());
     // A retry scheduled in the future is not due yet.
     let id = a[0].id;
-    let later = now.add(Duration::from_secs(5));
+    let later = now.plus(Duration::from_secs(5));
     let retry = Outcome::Retry {
         id,
         retry_count: 1,
@@ -58,7 +58,7 @@ pub async fn claims_come_out_earliest_due_first(h: &Harness) {
         .insert(
             vec![second],
             InsertMode::Pending,
-            t0.add(Duration::from_millis(5)),
+            t0.plus(Duration::from_millis(5)),
         )
         .await
         .unwrap();
@@ -67,7 +67,7 @@ pub async fn claims_come_out_earliest_due_first(h: &Harness) {
         .await
         .unwrap();
     let got: Vec<_> = store
-        .claim_due(t0.add(Duration::from_secs(1)), 10)
+        .claim_due(t0.plus(Duration::from_secs(1)), 10)
         .await
         .unwrap()
         .into_iter()

@@ -1,0 +1,212 @@
+//! `durabus demo`: a bus with a few handlers, sample events, retries and dead letters, with a
+//! short back-off so it finishes in seconds.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use durabus::{Event, EventBus, EventId, EventStatus, NewEvent, RetryPolicy, SubscribeOptions};
+use serde::Serialize;
+
+use crate::output;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Orders to publish (every third fails its first payment attempt; one is always refused).
+    #[arg(long, default_value_t = 6)]
+    orders: u32,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct Summary {
+    database: String,
+    published: usize,
+    delivered: usize,
+    delivered_after_retry: usize,
+    dead_lettered: usize,
+    handler_calls: u32,
+    dead_letter_ids: Vec<EventId>,
+    elapsed_ms: u128,
+}
+
+pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let bus = EventBus::builder()
+        .sqlite(db)
+        .retry_policy(RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(400),
+            backoff_multiplier: 2.0,
+        })
+        .poll_interval(Duration::from_millis(50))
+        .build()
+        .await
+        .with_context(|| format!("cannot open {}", db.display()))?;
+    let calls = Arc::new(AtomicU32::new(0));
+    let say = move |line: String| {
+        if !json {
+            println!("{line}");
+        }
+    };
+
+    let c = calls.clone();
+    bus.subscribe(
+        "order.*",
+        move |e: Event| {
+            c.fetch_add(1, Ordering::Relaxed);
+            say(format!(
+                "  audit     recorded {} (attempt {})",
+                e.event_type,
+                e.attempt()
+            ));
+            async { Ok(()) }
+        },
+        SubscribeOptions::default().name("demo-audit"),
+    )
+    .await?;
+    let c = calls.clone();
+    bus.subscribe(
+        "order.paid",
+        move |e: Event| {
+            c.fetch_add(1, Ordering::Relaxed);
+            let order = e.payload_value();
+            let n = order["order"].as_u64().unwrap_or(0);
+            let attempt = e.attempt();
+            async move {
+                if order["card"] == "stolen" {
+                    say(format!(
+                        "  payments  order #{n}: card refused (attempt {attempt})"
+                    ));
+                    return Err(format!("card for order #{n} refused by the issuer").into());
+                }
+                if n % 3 == 0 && attempt == 1 {
+                    say(format!(
+                        "  payments  order #{n}: gateway timeout, will retry"
+                    ));
+                    return Err("payment gateway timed out".into());
+                }
+                say(format!(
+                    "  payments  order #{n}: charged (attempt {attempt})"
+                ));
+                Ok(())
+            }
+        },
+        SubscribeOptions::default().name("demo-payments"),
+    )
+    .await?;
+    let c = calls.clone();
+    bus.subscribe(
+        "user.*",
+        move |e: Event| {
+            c.fetch_add(1, Ordering::Relaxed);
+            say(format!(
+                "  email     welcome mail for {}",
+                e.payload_value()["email"]
+            ));
+            async { Ok(()) }
+        },
+        SubscribeOptions::default().name("demo-email"),
+    )
+    .await?;
+    bus.start().await?;
+
+    say(format!("publishing to {}", db.display()));
+    let mut ids = Vec::new();
+    ids.push(
+        bus.publish(
+            "user.signed_up",
+            &serde_json::json!({"email": "ada@example.com"}),
+        )
+        .await?,
+    );
+    for n in 1..=args.orders {
+        ids.push(
+            bus.publish_event(
+                NewEvent::new(
+                    "order.paid",
+                    &serde_json::json!({"order": n, "amount": n * 10}),
+                )?
+                .with_metadata("source", "demo"),
+            )
+            .await?,
+        );
+    }
+    ids.push(
+        bus.publish(
+            "order.paid",
+            &serde_json::json!({"order": 99, "card": "stolen"}),
+        )
+        .await?,
+    );
+
+    // Wait until every demo event is settled: done or dead.
+    let store = bus.store();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let events = loop {
+        let mut events = Vec::with_capacity(ids.len());
+        for id in &ids {
+            if let Some(e) = store.get_event(*id).await? {
+                events.push(e);
+            }
+        }
+        if events
+            .iter()
+            .all(|e| matches!(e.status, EventStatus::Done | EventStatus::Dlq))
+        {
+            break events;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "demo events did not settle within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    bus.shutdown().await?;
+
+    let summary = Summary {
+        database: db.display().to_string(),
+        published: ids.len(),
+        delivered: events
+            .iter()
+            .filter(|e| e.status == EventStatus::Done)
+            .count(),
+        delivered_after_retry: events
+            .iter()
+            .filter(|e| e.status == EventStatus::Done && e.retry_count > 0)
+            .count(),
+        dead_lettered: events
+            .iter()
+            .filter(|e| e.status == EventStatus::Dlq)
+            .count(),
+        handler_calls: calls.load(Ordering::Relaxed),
+        dead_letter_ids: events
+            .iter()
+            .filter(|e| e.status == EventStatus::Dlq)
+            .map(|e| e.id)
+            .collect(),
+        elapsed_ms: started.elapsed().as_millis(),
+    };
+    if json {
+        return output::json(&summary);
+    }
+    println!();
+    println!("summary");
+    println!("  published              {}", summary.published);
+    println!("  delivered              {}", summary.delivered);
+    println!("  delivered after retry  {}", summary.delivered_after_retry);
+    println!("  dead-lettered          {}", summary.dead_lettered);
+    println!("  handler calls          {}", summary.handler_calls);
+    println!("  took                   {} ms", summary.elapsed_ms);
+    for e in events.iter().filter(|e| e.status == EventStatus::Dlq) {
+        println!("  dead letter {} {}: {:?}", e.id, e.event_type, e.errors);
+    }
+    println!();
+    println!(
+        "inspect the dead letters:  durabus --db {} dlq list",
+        db.display()
+    );
+    Ok(())
+}

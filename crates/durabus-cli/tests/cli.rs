@@ -1,0 +1,168 @@
+//! The `durabus` binary, run as a user would.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn durabus(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .arg("--db")
+        .arg(db)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "failed: {}", stderr(o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", stdout(o)))
+}
+
+#[test]
+fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let out = durabus(&db, &["demo"]);
+    assert!(out.status.success(), "demo failed: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("gateway timeout, will retry"), "{text}");
+    assert!(text.contains("delivered after retry  2"), "{text}");
+    assert!(text.contains("dead-lettered          1"), "{text}");
+
+    let dead = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let dead = dead.as_array().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0]["status"], "dlq");
+    assert_eq!(dead[0]["type"], "order.paid");
+    assert_eq!(dead[0]["payload"]["card"], "stolen");
+    assert_eq!(dead[0]["errors"].as_array().unwrap().len(), 3);
+    let id = dead[0]["id"].as_str().unwrap().to_owned();
+
+    let table = stdout(&durabus(&db, &["dlq", "list"]));
+    assert!(table.contains(&id) && table.contains("refused"), "{table}");
+
+    let done = json(&durabus(
+        &db,
+        &["events", "list", "--status", "done", "--json"],
+    ));
+    assert_eq!(done.as_array().unwrap().len(), 7);
+    let users = json(&durabus(
+        &db,
+        &["events", "list", "--type", "user.signed_up", "--json"],
+    ));
+    assert_eq!(users.as_array().unwrap().len(), 1);
+    let page = json(&durabus(&db, &["events", "list", "--limit", "2", "--json"]));
+    assert_eq!(page.as_array().unwrap().len(), 2);
+
+    let retried = json(&durabus(&db, &["dlq", "retry", &id, "--json"]));
+    assert_eq!(retried["retried"], id.as_str());
+    let pending = json(&durabus(
+        &db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(pending[0]["id"], id.as_str());
+    assert_eq!(pending[0]["retry_count"], 0);
+    assert!(
+        json(&durabus(&db, &["dlq", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // Retrying it again: it is not dead any more.
+    let again = durabus(&db, &["dlq", "retry", &id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("not found in the dead-letter queue"));
+
+    // A second demo run makes a new dead letter; purge removes it.
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let purge = json(&durabus(
+        &db,
+        &["dlq", "purge", "--older-than", "1", "--json"],
+    ));
+    assert_eq!(purge["purged"], 0, "nothing is a day old");
+    let purge = json(&durabus(
+        &db,
+        &["dlq", "purge", "--older-than", "0", "--json"],
+    ));
+    assert_eq!(purge["purged"], 1);
+}
+
+#[test]
+fn demo_json_prints_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let s = json(&durabus(&db, &["demo", "--json", "--orders", "3"]));
+    assert_eq!(s["published"], 5);
+    assert_eq!(s["delivered"], 4);
+    assert_eq!(s["delivered_after_retry"], 1);
+    assert_eq!(s["dead_lettered"], 1);
+    assert_eq!(s["dead_letter_ids"].as_array().unwrap().len(), 1);
+}
+
+fn assert_one_line_failure(o: &Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(1), "stderr: {}", stderr(o));
+    let err = stderr(o);
+    assert_eq!(err.trim().lines().count(), 1, "one line expected: {err}");
+    assert!(err.contains(needle), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn bad_databases_give_one_line_errors_and_are_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.db");
+    for args in [
+        &["dlq", "list"][..],
+        &["events", "list"],
+        &["dlq", "purge", "--older-than", "1"],
+    ] {
+        assert_one_line_failure(&durabus(&missing, args), "does not exist");
+    }
+    assert!(!missing.exists());
+
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a database at all, just some words in a file").unwrap();
+    assert_one_line_failure(
+        &durabus(&text, &["dlq", "list"]),
+        "is not a durabus database",
+    );
+    assert_one_line_failure(
+        &durabus(dir.path(), &["events", "list"]),
+        "is not a durabus database",
+    );
+    assert_one_line_failure(&durabus(&text, &["demo"]), "not a durabus database");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    assert!(
+        durabus(&db, &["demo", "--orders", "1", "--json"])
+            .status
+            .success()
+    );
+    let o = durabus(&db, &["dlq", "retry", "not-a-uuid"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("invalid id"));
+    let o = durabus(&db, &["events", "list", "--status", "finished"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown status"));
+    assert_one_line_failure(
+        &durabus(
+            &db,
+            &["dlq", "retry", "0190a5b2-7c1e-7d3a-9f1e-2b3c4d5e6f70"],
+        ),
+        "not found",
+    );
+}

@@ -1,0 +1,116 @@
+//! Every failed attempt, the final one included, emits a structured `tracing` warning with the
+//! fields of the retry policy document.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use durabus::{Clock, Event, EventBus, EventStatus, ManualClock, RetryOverride, SubscribeOptions};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+
+type Fields = BTreeMap<String, String>;
+
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<(tracing::Level, Fields)>>>);
+
+struct Visitor<'a>(&'a mut Fields);
+
+impl Visit for Visitor<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_owned(), value.to_string());
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_owned(), value.to_string());
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Capture {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        let mut fields = Fields::new();
+        event.record(&mut Visitor(&mut fields));
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), fields));
+    }
+}
+
+// A current-thread runtime keeps every bus task on this thread, where the capture is installed.
+#[tokio::test(flavor = "current_thread")]
+async fn each_failed_attempt_logs_a_structured_warning() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::default();
+    let bus = EventBus::builder()
+        .sqlite(dir.path().join("log.db"))
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .await
+        .unwrap();
+    let sub = bus
+        .subscribe(
+            "log.*",
+            |_e: Event| async { Err("disk full".into()) },
+            SubscribeOptions::default().retry(RetryOverride::default().max_retries(2)),
+        )
+        .await
+        .unwrap();
+    bus.start().await.unwrap();
+    let id = bus.publish("log.x", &1).await.unwrap();
+    loop {
+        let e = bus.store().get_event(id).await.unwrap().unwrap();
+        match e.status {
+            EventStatus::Dlq => break,
+            EventStatus::Pending => {
+                if let Some(due) = e.next_attempt_at {
+                    clock.set(due.max(clock.now()));
+                }
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    bus.shutdown().await.unwrap();
+
+    let warnings: Vec<Fields> = capture
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(level, f)| *level == tracing::Level::WARN && f.contains_key("attempt"))
+        .map(|(_, f)| f.clone())
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        3,
+        "one warning per failed attempt: {warnings:?}"
+    );
+    for (i, w) in warnings.iter().enumerate() {
+        assert_eq!(w["event_id"], id.to_string());
+        assert_eq!(w["event_type"], "log.x");
+        assert_eq!(w["subscription_id"], sub);
+        assert_eq!(w["attempt"], (i + 1).to_string());
+        assert_eq!(w["max_attempts"], "3");
+        assert!(w["error"].contains("disk full"));
+        let delay: u64 = w["delay_ms"].parse().unwrap();
+        let want = [1000u64, 2000, 0][i];
+        assert!(
+            delay >= want * 9 / 10 && delay <= want * 11 / 10,
+            "attempt {} delay {delay}, want {want} ±10 %",
+            i + 1
+        );
+    }
+    assert_eq!(warnings[2]["dead_lettered"], "true");
+}
