@@ -57,3 +57,8 @@ pub use retry::{RetryOverride, RetryPolicy};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{EventQuery, InsertMode, Outcome, StatusCount, Store, SubscriptionRow};
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
