@@ -83,8 +83,18 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
     assert_eq!(again.status.code(), Some(1));
     assert!(stderr(&again).contains("not found in the dead-letter queue"));
 
-    // A second demo run makes a new dead letter; purge removes it.
+    // A second demo run makes a new dead letter, and its bus also delivers the retried event,
+    // which fails again (the card is still stolen): reset counters, three new attempts.
     assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let dead = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let dead = dead.as_array().unwrap();
+    assert_eq!(dead.len(), 2);
+    let again = dead
+        .iter()
+        .find(|e| e["id"] == id.as_str())
+        .expect("the retried event died again");
+    assert_eq!(again["retry_count"], 3);
+    assert_eq!(again["errors"].as_array().unwrap().len(), 3);
     let purge = json(&durabus(
         &db,
         &["dlq", "purge", "--older-than", "1", "--json"],
@@ -94,7 +104,13 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
         &db,
         &["dlq", "purge", "--older-than", "0", "--json"],
     ));
-    assert_eq!(purge["purged"], 1);
+    assert_eq!(purge["purged"], 2);
+    assert!(
+        json(&durabus(&db, &["dlq", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]

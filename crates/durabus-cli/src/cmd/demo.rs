@@ -142,28 +142,33 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
         .await?,
     );
 
-    // Wait until every demo event is settled: done or dead.
+    // Wait until the queue is drained: nothing pending or processing, the demo's own events
+    // and any dead letter sent back for delivery since the last run alike.
     let store = bus.store();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let events = loop {
-        let mut events = Vec::with_capacity(ids.len());
-        for id in &ids {
-            if let Some(e) = store.get_event(*id).await? {
-                events.push(e);
-            }
-        }
-        if events
+    loop {
+        let open: u64 = store
+            .counts()
+            .await?
             .iter()
-            .all(|e| matches!(e.status, EventStatus::Done | EventStatus::Dlq))
-        {
-            break events;
+            .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
+            .map(|c| c.count)
+            .sum();
+        if open == 0 && bus.in_flight() == 0 {
+            break;
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "demo events did not settle within 30 s"
+            "{open} event(s) still pending after 30 s; see `durabus events list --status pending`"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    }
+    let mut events = Vec::with_capacity(ids.len());
+    for id in &ids {
+        if let Some(e) = store.get_event(*id).await? {
+            events.push(e);
+        }
+    }
     bus.shutdown().await?;
 
     let summary = Summary {
