@@ -4,6 +4,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use serde::Serialize;
+
+use crate::clock::Timestamp;
 use crate::event::Event;
 use crate::retry::RetryOverride;
 
@@ -66,4 +69,21 @@ impl SubscribeOptions {
         self.name = Some(name.into());
         self
     }
+}
+
+/// A live subscription as the bus holds it, its handler aside.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Subscription {
+    /// Subscription id.
+    pub id: String,
+    /// Stable name, if given.
+    pub name: Option<String>,
+    /// The glob pattern of event types.
+    pub event_type: String,
+    /// Handler timeout in force.
+    pub timeout: Duration,
+    /// Retry override, if given.
+    pub retry: Option<RetryOverride>,
+    /// When the subscription was made.
+    pub created_at: Timestamp,
 }

@@ -52,7 +52,7 @@ pub use config::BusConfig;
 pub use dlq::DlqInspector;
 pub use error::{Error, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
-pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions};
+pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use retry::{RetryOverride, RetryPolicy};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};

@@ -14,13 +14,13 @@ use tokio::task::JoinHandle;
 pub use builder::BusBuilder;
 
 use self::inflight::InFlight;
-use self::registry::{Registry, Subscription};
+use self::registry::{Entry, Registry};
 use crate::clock::Clock;
 use crate::config::BusConfig;
 use crate::dlq::DlqInspector;
 use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
-use crate::handler::{Handler, SubscribeOptions};
+use crate::handler::{Handler, SubscribeOptions, Subscription};
 use crate::pattern::Pattern;
 use crate::store::{InsertMode, Store, SubscriptionRow};
 
@@ -251,26 +251,37 @@ impl EventBus {
             }
         }
         let id = uuid::Uuid::now_v7().to_string();
-        let row = SubscriptionRow {
+        let info = Subscription {
             id: id.clone(),
             name: options.name.clone(),
             event_type: pattern.as_str().to_owned(),
+            timeout,
+            retry: options.retry,
             created_at: self.inner.clock.now(),
+        };
+        let row = SubscriptionRow {
+            id: id.clone(),
+            name: info.name.clone(),
+            event_type: info.event_type.clone(),
+            created_at: info.created_at,
         };
         self.inner
             .store
             .save_subscription(row)
             .await
             .map_err(Self::map_closed)?;
-        self.inner.registry.add(Subscription {
+        self.inner.registry.add(Entry {
             key: options.name.unwrap_or_else(|| id.clone()),
-            id: id.clone(),
+            info,
             pattern,
             handler: Arc::new(handler),
-            timeout,
-            retry: options.retry,
         });
         Ok(id)
+    }
+
+    /// The live subscriptions of this bus, in the order their handlers run.
+    pub fn subscriptions(&self) -> Vec<Subscription> {
+        self.inner.registry.all()
     }
 
     /// Removes a subscription: its handler gets no more events and its row is deleted.

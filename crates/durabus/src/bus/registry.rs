@@ -1,31 +1,27 @@
 //! The in-memory map of subscriptions and their handlers.
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
-use crate::handler::Handler;
+use crate::handler::{Handler, Subscription};
 use crate::pattern::Pattern;
-use crate::retry::RetryOverride;
 
-/// A live subscription: pattern, handler and options.
-pub(crate) struct Subscription {
-    pub id: String,
+/// A live subscription: what it is, its compiled pattern and its handler.
+pub(crate) struct Entry {
+    pub info: Subscription,
     /// The key of delivery records: the stable name if given, else the id.
     pub key: String,
     pub pattern: Pattern,
     pub handler: Arc<dyn Handler>,
-    pub timeout: Duration,
-    pub retry: Option<RetryOverride>,
 }
 
 /// Subscriptions in the order they were made (the order handlers run in).
 #[derive(Default)]
 pub(crate) struct Registry {
-    subs: RwLock<Vec<Arc<Subscription>>>,
+    subs: RwLock<Vec<Arc<Entry>>>,
 }
 
 impl Registry {
-    pub fn add(&self, sub: Subscription) {
+    pub fn add(&self, sub: Entry) {
         if let Ok(mut subs) = self.subs.write() {
             subs.push(Arc::new(sub));
         }
@@ -36,7 +32,7 @@ impl Registry {
             return false;
         };
         let before = subs.len();
-        subs.retain(|s| s.id != id);
+        subs.retain(|s| s.info.id != id);
         subs.len() != before
     }
 
@@ -47,8 +43,16 @@ impl Registry {
             .unwrap_or(false)
     }
 
+    /// Every subscription, in order.
+    pub fn all(&self) -> Vec<Subscription> {
+        self.subs
+            .read()
+            .map(|subs| subs.iter().map(|s| s.info.clone()).collect())
+            .unwrap_or_default()
+    }
+
     /// The subscriptions whose pattern matches `event_type`.
-    pub fn matching(&self, event_type: &str) -> Vec<Arc<Subscription>> {
+    pub fn matching(&self, event_type: &str) -> Vec<Arc<Entry>> {
         self.subs
             .read()
             .map(|subs| {

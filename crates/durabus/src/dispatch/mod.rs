@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bus::Inner;
-use crate::bus::registry::Subscription;
+use crate::bus::registry::Entry;
 use crate::event::Event;
 use crate::retry::RetryPolicy;
 use crate::store::Outcome;
@@ -15,10 +15,10 @@ use crate::store::Outcome;
 pub(crate) use worker::run_worker;
 
 /// Runs one handler in its own task under its timeout. A panic or a timeout is an error.
-async fn run_handler(sub: &Subscription, event: Event) -> Result<(), String> {
+async fn run_handler(sub: &Entry, event: Event) -> Result<(), String> {
     let handler = sub.handler.clone();
     let mut task = tokio::spawn(async move { handler.call(event).await });
-    match tokio::time::timeout(sub.timeout, &mut task).await {
+    match tokio::time::timeout(sub.info.timeout, &mut task).await {
         Ok(Ok(Ok(()))) => Ok(()),
         Ok(Ok(Err(e))) => Err(e.to_string()),
         Ok(Err(join)) if join.is_panic() => {
@@ -35,7 +35,7 @@ async fn run_handler(sub: &Subscription, event: Event) -> Result<(), String> {
             task.abort();
             Err(format!(
                 "handler timed out after {} ms",
-                sub.timeout.as_millis()
+                sub.info.timeout.as_millis()
             ))
         }
     }
@@ -62,7 +62,7 @@ async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
     let subs = inner.registry.matching(&event.event_type);
     let policy = RetryPolicy::merge(
         &inner.config.retry,
-        subs.iter().filter_map(|s| s.retry.as_ref()),
+        subs.iter().filter_map(|s| s.info.retry.as_ref()),
     );
     let mut delivered = event.delivered.clone();
     let mut failure = None;
@@ -97,7 +97,7 @@ async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
     tracing::warn!(
         event_id = %event.id,
         event_type = %event.event_type,
-        subscription_id = %sub.id,
+        subscription_id = %sub.info.id,
         attempt,
         max_attempts = policy.max_attempts(),
         delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),

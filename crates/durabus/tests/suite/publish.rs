@@ -239,8 +239,15 @@ pub async fn subscribe_stores_a_row_and_unsubscribe_removes_it(h: &Harness) {
     assert_eq!(rows[0].event_type, "a.*");
     assert_eq!(rows[0].name.as_deref(), Some("audit"));
     assert_eq!(rows[0].created_at, h.clock.now());
+    let live = bus.subscriptions();
+    assert_eq!(live.len(), 1);
+    assert_eq!(live[0].id, id);
+    assert_eq!(live[0].name.as_deref(), Some("audit"));
+    assert_eq!(live[0].event_type, "a.*");
+    assert_eq!(live[0].timeout, bus.config().handler_timeout);
     bus.publish("a.one", &1).await.unwrap();
     bus.unsubscribe(&id).await.unwrap();
+    assert!(bus.subscriptions().is_empty());
     assert!(bus.store().subscriptions().await.unwrap().is_empty());
     bus.publish("a.two", &1).await.unwrap();
     assert_eq!(seen.all(), vec!["a.one"]);
