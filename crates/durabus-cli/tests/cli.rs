@@ -182,3 +182,39 @@ fn bad_arguments_are_refused() {
         "not found",
     );
 }
+
+#[test]
+fn demo_refuses_a_database_with_other_applications_pending_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    assert!(
+        durabus(&db, &["demo", "--json", "--orders", "1"])
+            .status
+            .success()
+    );
+    // Another application's event waits in the same database.
+    assert!(enqueue_foreign_event(&db), "could not add a foreign event");
+    let o = durabus(&db, &["demo"]);
+    assert_one_line_failure(&o, "types the demo does not handle");
+    let pending = json(&durabus(
+        &db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(
+        pending.as_array().unwrap().len(),
+        1,
+        "the foreign event is untouched"
+    );
+    assert_eq!(pending[0]["type"], "invoice.created");
+}
+
+/// Adds a pending `invoice.created` event through the library, as another application would.
+fn enqueue_foreign_event(db: &Path) -> bool {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let bus = durabus::EventBus::open(db).await.unwrap();
+        let ok = bus.enqueue("invoice.created", &1).await.is_ok();
+        bus.shutdown().await.unwrap();
+        ok
+    })
+}

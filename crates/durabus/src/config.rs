@@ -66,3 +66,46 @@ impl BusConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let c = BusConfig::default();
+        assert_eq!(c.handler_timeout, Duration::from_secs(30));
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        assert_eq!(c.max_payload_bytes, 1024 * 1024);
+        assert_eq!(c.concurrency, 16);
+        assert_eq!(c.retry, RetryPolicy::default());
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn nonsense_is_refused() {
+        for bad in [
+            BusConfig {
+                handler_timeout: Duration::ZERO,
+                ..BusConfig::default()
+            },
+            BusConfig {
+                concurrency: 0,
+                ..BusConfig::default()
+            },
+            BusConfig {
+                max_payload_bytes: 0,
+                ..BusConfig::default()
+            },
+            BusConfig {
+                poll_interval: Duration::ZERO,
+                ..BusConfig::default()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(Error::InvalidConfig(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}

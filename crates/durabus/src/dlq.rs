@@ -19,6 +19,31 @@ pub struct DlqInspector {
 /// Default page size of [`DlqInspector::list`].
 pub const DEFAULT_LIMIT: u64 = 100;
 
+/// A page of a listing: skip `offset` entries, return at most `limit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Page {
+    /// Entries to skip. Defaults to 0.
+    pub offset: u64,
+    /// Most entries to return. Defaults to 100.
+    pub limit: u64,
+}
+
+impl Page {
+    /// A page of `limit` entries after `offset`.
+    pub fn new(offset: u64, limit: u64) -> Self {
+        Page { offset, limit }
+    }
+}
+
+impl Default for Page {
+    fn default() -> Self {
+        Page {
+            offset: 0,
+            limit: DEFAULT_LIMIT,
+        }
+    }
+}
+
 impl DlqInspector {
     /// An inspector on `store`, reading the system clock.
     pub fn new(store: Arc<dyn Store>) -> Self {
@@ -30,15 +55,15 @@ impl DlqInspector {
         DlqInspector { store, clock }
     }
 
-    /// Dead events, newest first (by `created_at`), skipping `offset` and returning at most
-    /// `limit` (use [`DEFAULT_LIMIT`], 100, when unsure).
-    pub async fn list(&self, offset: u64, limit: u64) -> Result<Vec<Event>> {
+    /// Dead events, newest first (by `created_at`), one page of them; `Page::default()` is
+    /// the first 100.
+    pub async fn list(&self, page: Page) -> Result<Vec<Event>> {
         self.store
             .list_events(EventQuery {
                 status: Some(EventStatus::Dlq),
                 event_type: None,
-                offset,
-                limit,
+                offset: page.offset,
+                limit: page.limit,
             })
             .await
     }

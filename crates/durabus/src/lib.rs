@@ -5,7 +5,7 @@
 //! delivered lands in a dead-letter queue that can be listed, retried and purged.
 //!
 //! ```no_run
-//! use durabus::{Event, EventBus, SubscribeOptions, RetryOverride};
+//! use durabus::{Event, EventBus, Page, SubscribeOptions, RetryOverride};
 //!
 //! # async fn run() -> durabus::Result<()> {
 //! let bus = EventBus::open("app.db").await?;
@@ -18,7 +18,7 @@
 //! bus.start().await?;                       // recovers a crash's leftovers, starts workers
 //! bus.publish("order.paid", &serde_json::json!({"id": 1})).await?;  // durable, then delivered
 //! bus.enqueue("order.shipped", &serde_json::json!({"id": 1})).await?; // durable, delivered in background
-//! for dead in bus.dlq().list(0, 100).await? {
+//! for dead in bus.dlq().list(Page::default()).await? {
 //!     println!("dead: {} {:?}", dead.id, dead.errors);
 //! }
 //! bus.shutdown().await?;
@@ -49,7 +49,7 @@ pub mod store;
 pub use bus::{BusBuilder, EventBus, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::BusConfig;
-pub use dlq::DlqInspector;
+pub use dlq::{DlqInspector, Page};
 pub use error::{Error, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};

@@ -33,6 +33,9 @@ impl Default for RetryPolicy {
     }
 }
 
+/// Longest delay a policy may ask for.
+pub const MAX_DELAY_LIMIT: Duration = Duration::from_secs(365 * 86_400);
+
 /// Share of the delay added or removed at random (±10 %).
 pub const JITTER: f64 = 0.10;
 
@@ -51,7 +54,7 @@ impl RetryPolicy {
         let exp = i32::try_from(attempt - 2).unwrap_or(i32::MAX);
         let ms = self.base_delay.as_secs_f64() * 1000.0 * self.backoff_multiplier.powi(exp);
         let max_ms = self.max_delay.as_secs_f64() * 1000.0;
-        Duration::from_secs_f64(ms.min(max_ms).max(0.0) / 1000.0)
+        Duration::try_from_secs_f64(ms.min(max_ms).max(0.0) / 1000.0).unwrap_or(self.max_delay)
     }
 
     /// The delay before `attempt` with jitter: `delay(attempt) * (1 + u)`, `u` uniform in ±10 %.
@@ -65,6 +68,12 @@ impl RetryPolicy {
             return Err(Error::InvalidConfig(format!(
                 "backoff_multiplier must be a finite number >= 1, got {}",
                 self.backoff_multiplier
+            )));
+        }
+        if self.max_delay > MAX_DELAY_LIMIT {
+            return Err(Error::InvalidConfig(format!(
+                "max_delay ({:?}) must not exceed 365 days",
+                self.max_delay
             )));
         }
         if self.max_delay < self.base_delay {
@@ -117,7 +126,7 @@ impl RetryPolicy {
 /// Applies jitter: `u` in `[0, 1)` maps to a factor in `[0.9, 1.1)`.
 pub fn jitter(delay: Duration, u: f64) -> Duration {
     let factor = 1.0 + JITTER * (2.0 * u.clamp(0.0, 1.0) - 1.0);
-    delay.mul_f64(factor)
+    Duration::try_from_secs_f64(delay.as_secs_f64() * factor).unwrap_or(delay)
 }
 
 /// A partial retry policy given with a subscription; unset fields come from the bus default.
@@ -266,6 +275,30 @@ mod tests {
         };
         assert!(p.validate().is_err());
         assert!(RetryPolicy::default().validate().is_ok());
+        let p = RetryPolicy {
+            max_delay: Duration::MAX,
+            ..RetryPolicy::default()
+        };
+        assert!(p.validate().is_err(), "absurd delays are refused");
+        // Even unvalidated, an absurd policy never panics.
+        assert_eq!(p.delay(200), Duration::MAX);
+        assert_eq!(jitter(Duration::MAX, 1.0), Duration::MAX);
+    }
+
+    #[test]
+    fn jitter_really_varies_the_delay() {
+        let p = RetryPolicy::default();
+        let samples: Vec<Duration> = (0..200).map(|_| p.delay_with_jitter(2)).collect();
+        let min = samples.iter().min().copied().unwrap_or_default();
+        let max = samples.iter().max().copied().unwrap_or_default();
+        assert!(
+            min < ms(990) && max > ms(1010),
+            "no jitter: {min:?}..{max:?}"
+        );
+        assert!(
+            min >= ms(900) && max <= ms(1100),
+            "jitter out of bounds: {min:?}..{max:?}"
+        );
     }
 
     #[test]

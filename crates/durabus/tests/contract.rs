@@ -46,13 +46,19 @@ macro_rules! all_contract_tests {
             lifecycle::drain_timeout_abandons_handlers_and_recovery_finishes_them,
             lifecycle::start_recovers_events_stuck_in_processing,
             lifecycle::a_crash_during_back_off_loses_nothing,
+            lifecycle::attempts_used_up_by_crashes_end_in_the_dlq_without_another_run,
+            lifecycle::a_dropped_publish_still_finishes_its_delivery,
+            lifecycle::shutdown_removes_unnamed_subscription_rows_and_keeps_named_ones,
+            lifecycle::concurrent_subscribes_with_one_name_let_exactly_one_through,
             dlq::list_pages_dead_events_newest_first,
+            dlq::list_returns_at_most_100_by_default,
             dlq::retry_resets_a_dead_event_and_it_is_delivered_again,
             dlq::purge_deletes_dead_events_created_at_or_before_the_cutoff,
             store::claims_only_due_events_and_never_the_same_twice,
             store::claims_come_out_earliest_due_first,
             store::listing_filters_by_status_and_type_and_counts,
             store::data_survives_close_and_reopen_and_closed_stores_refuse_work,
+            store::a_failed_insert_stores_none_of_its_events,
         );
     };
 }

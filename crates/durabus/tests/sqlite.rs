@@ -208,31 +208,27 @@ async fn a_lock_held_by_another_process_is_waited_out_not_surfaced() {
         busy_timeout: Duration::from_millis(10),
         ..SqliteOptions::default()
     };
-    let store = SqliteStore::open(&path, opts).await.unwrap();
+    let bus = EventBus::builder()
+        .sqlite_with(&path, opts)
+        .build()
+        .await
+        .unwrap();
     let holder = hold_write_lock(&path, Duration::from_millis(300));
     let started = Instant::now();
-    store
-        .insert(
-            vec![NewEvent::new("l.x", &1).unwrap()],
-            InsertMode::Pending,
-            Timestamp(1),
-        )
+    let id = bus
+        .publish("l.x", &1)
         .await
-        .expect("a publish must outlast another process's lock");
+        .expect("a publish must outlast another connection's write lock");
     assert!(
         started.elapsed() >= Duration::from_millis(250),
         "the lock was not actually held"
     );
     holder.join().unwrap();
     assert_eq!(
-        store
-            .list_events(EventQuery::default())
-            .await
-            .unwrap()
-            .len(),
-        1
+        bus.store().get_event(id).await.unwrap().unwrap().status,
+        EventStatus::Done
     );
-    store.close().await.unwrap();
+    bus.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,11 +273,13 @@ async fn a_lock_held_past_the_lock_timeout_fails_with_locked_and_stores_nothing(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_are_group_committed_and_all_acknowledged() {
     let (_dir, path) = temp();
-    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(
+    let sqlite = std::sync::Arc::new(
         SqliteStore::open(&path, SqliteOptions::default())
             .await
             .unwrap(),
     );
+    let store: std::sync::Arc<dyn Store> = sqlite.clone();
+    let (tx0, rq0) = sqlite.write_stats();
     let mut tasks = Vec::new();
     for i in 0..64 {
         let s = store.clone();
@@ -308,21 +306,139 @@ async fn concurrent_writers_are_group_committed_and_all_acknowledged() {
         .await
         .unwrap();
     assert_eq!(all.len(), 64 * 20);
+    let (tx, rq) = sqlite.write_stats();
+    assert_eq!(rq - rq0, 64 * 20, "every request counted");
+    assert!(
+        (tx - tx0) * 2 < rq - rq0,
+        "64 concurrent writers should share commits: {} transactions for {} requests",
+        tx - tx0,
+        rq - rq0
+    );
     store.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_durability_opens_and_works() {
+async fn durability_sets_the_writers_synchronous_mode() {
     let (_dir, path) = temp();
-    let bus = EventBus::builder()
-        .sqlite(&path)
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(store.synchronous(), 1, "NORMAL by default");
+    store.close().await.unwrap();
+    let full = SqliteOptions {
+        durability: durabus::Durability::Full,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open(&path, full).await.unwrap();
+    assert_eq!(store.synchronous(), 2, "FULL");
+    store.close().await.unwrap();
+    // Through the builder, in either order.
+    for before in [true, false] {
+        let b = EventBus::builder();
+        let b = if before {
+            b.durability(durabus::Durability::Full).sqlite(&path)
+        } else {
+            b.sqlite(&path).durability(durabus::Durability::Full)
+        };
+        let bus = b.build().await.unwrap();
+        let id = bus.enqueue("f.x", &1).await.unwrap();
+        assert!(bus.store().get_event(id).await.unwrap().is_some());
+        bus.shutdown().await.unwrap();
+    }
+    // With a store opened elsewhere, durability() cannot apply: an error, not silence.
+    let store = std::sync::Arc::new(
+        SqliteStore::open(&path, SqliteOptions::default())
+            .await
+            .unwrap(),
+    );
+    let err = EventBus::builder()
+        .store(store.clone())
         .durability(durabus::Durability::Full)
         .build()
         .await
-        .unwrap();
-    let id = bus.enqueue("f.x", &1).await.unwrap();
-    assert!(bus.store().get_event(id).await.unwrap().is_some());
-    bus.shutdown().await.unwrap();
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err:?}");
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn opening_without_create_leaves_foreign_databases_alone() {
+    let (_dir, path) = temp();
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE notes (body TEXT)")
+            .unwrap();
+    }
+    let opts = SqliteOptions {
+        create: false,
+        ..SqliteOptions::default()
+    };
+    let err = SqliteStore::open(&path, opts.clone()).await.unwrap_err();
+    assert!(matches!(err, Error::NotADatabase { .. }), "{err:?}");
     let conn = Connection::open(&path).unwrap();
-    let _ = conn;
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tables, 1, "no durabus tables were added");
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "the journal mode was not changed");
+    drop(conn);
+    // A durabus database opens fine without create.
+    SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    SqliteStore::open(&path, opts)
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+}
+
+#[test]
+fn the_dlq_listing_is_served_by_an_index_without_sorting() {
+    let (_dir, path) = temp();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        SqliteStore::open(&path, SqliteOptions::default())
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+    });
+    let conn = Connection::open(&path).unwrap();
+    for (by_status, by_type, index, params) in [
+        (true, false, "events_status", vec!["dlq"]),
+        (false, true, "events_type", vec!["a.b"]),
+    ] {
+        let sql = durabus::store::sqlite::list_sql(by_status, by_type);
+        let mut all: Vec<rusqlite::types::Value> = params
+            .into_iter()
+            .map(|p| rusqlite::types::Value::Text(p.into()))
+            .collect();
+        all.push(rusqlite::types::Value::Integer(100));
+        all.push(rusqlite::types::Value::Integer(0));
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(all), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(plan.iter().any(|p| p.contains(index)), "{plan:?}");
+        assert!(
+            !plan.iter().any(|p| p.contains("TEMP B-TREE")),
+            "sorts: {plan:?}"
+        );
+    }
 }

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use durabus::{Event, EventBus, EventId, EventStatus, NewEvent, RetryPolicy, SubscribeOptions};
+use durabus::pattern::Pattern;
+use durabus::{
+    Event, EventBus, EventId, EventStatus, NewEvent, RetryPolicy, StatusCount, SubscribeOptions,
+};
 use serde::Serialize;
 
 use crate::output;
@@ -17,6 +20,44 @@ pub struct Args {
     /// Orders to publish (every third fails its first payment attempt; one is always refused).
     #[arg(long, default_value_t = 6)]
     orders: u32,
+}
+
+/// The event types the demo subscribes to.
+const DEMO_PATTERNS: [&str; 2] = ["order.*", "user.*"];
+
+fn is_demo_type(event_type: &str) -> bool {
+    DEMO_PATTERNS
+        .iter()
+        .filter_map(|p| Pattern::new(p).ok())
+        .any(|p| p.matches(event_type))
+}
+
+/// Pending or processing events of the demo's types (`demo = true`) or of any other type.
+fn open_events(counts: &[StatusCount], demo: bool) -> u64 {
+    counts
+        .iter()
+        .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
+        .filter(|c| is_demo_type(&c.event_type) == demo)
+        .map(|c| c.count)
+        .sum()
+}
+
+/// The demo's bus completes every due event it sees: pointed at an application's database it
+/// would mark that application's waiting events done. Refuse instead.
+async fn refuse_foreign_work(db: &Path) -> anyhow::Result<()> {
+    let Ok(store) = crate::cmd::open_existing(db).await else {
+        // Not a durabus database (yet): opening it for the demo reports what is wrong.
+        return Ok(());
+    };
+    let counts = store.counts().await;
+    store.close().await?;
+    let foreign = open_events(&counts?, false);
+    anyhow::ensure!(
+        foreign == 0,
+        "{} holds {foreign} pending event(s) of types the demo does not handle; run the demo on its own database (--db demo.db)",
+        db.display()
+    );
+    Ok(())
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -33,6 +74,9 @@ struct Summary {
 
 pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
+    if db.exists() {
+        refuse_foreign_work(db).await?;
+    }
     let bus = EventBus::builder()
         .sqlite(db)
         .retry_policy(RetryPolicy {
@@ -142,18 +186,12 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
         .await?,
     );
 
-    // Wait until the queue is drained: nothing pending or processing, the demo's own events
-    // and any dead letter sent back for delivery since the last run alike.
+    // Wait until the demo's queue is drained: none of its event types pending or processing,
+    // its own events and any dead letter sent back for delivery since the last run alike.
     let store = bus.store();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let open: u64 = store
-            .counts()
-            .await?
-            .iter()
-            .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
-            .map(|c| c.count)
-            .sum();
+        let open = open_events(&store.counts().await?, true);
         if open == 0 && bus.in_flight() == 0 {
             break;
         }

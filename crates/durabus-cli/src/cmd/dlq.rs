@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use clap::Subcommand;
-use durabus::{DlqInspector, EventId};
+use durabus::{DlqInspector, EventId, Page};
 
 use crate::output;
 
@@ -43,7 +43,7 @@ pub async fn run(db: &Path, json: bool, command: DlqCommand) -> anyhow::Result<(
 async fn execute(dlq: &DlqInspector, json: bool, command: DlqCommand) -> anyhow::Result<()> {
     match command {
         DlqCommand::List { offset, limit } => {
-            let events = dlq.list(offset, limit).await?;
+            let events = dlq.list(Page::new(offset, limit)).await?;
             if json {
                 output::json(&events)?;
             } else {

@@ -26,6 +26,8 @@ pub struct BusBuilder {
     source: Source,
     clock: Arc<dyn Clock>,
     config: BusConfig,
+    #[cfg(feature = "sqlite")]
+    durability: Option<Durability>,
 }
 
 impl Default for BusBuilder {
@@ -34,6 +36,8 @@ impl Default for BusBuilder {
             source: Source::None,
             clock: Arc::new(SystemClock),
             config: BusConfig::default(),
+            #[cfg(feature = "sqlite")]
+            durability: None,
         }
     }
 }
@@ -53,12 +57,12 @@ impl BusBuilder {
         self
     }
 
-    /// Sets the SQLite commit durability. Defaults to [`Durability::Normal`].
+    /// Sets the commit durability of the SQLite store the builder opens, whether set before or
+    /// after [`sqlite`](Self::sqlite). Defaults to [`Durability::Normal`]. With
+    /// [`store`](Self::store) it is an error: set it when opening that store.
     #[cfg(feature = "sqlite")]
     pub fn durability(mut self, durability: Durability) -> Self {
-        if let Source::Sqlite(_, o) = &mut self.source {
-            o.durability = durability;
-        }
+        self.durability = Some(durability);
         self
     }
 
@@ -126,8 +130,21 @@ impl BusBuilder {
                 ));
             }
             #[cfg(feature = "sqlite")]
-            Source::Sqlite(path, options) => Arc::new(SqliteStore::open(path, options).await?),
-            Source::Store(store) => store,
+            Source::Sqlite(path, mut options) => {
+                if let Some(d) = self.durability {
+                    options.durability = d;
+                }
+                Arc::new(SqliteStore::open(path, options).await?)
+            }
+            Source::Store(store) => {
+                #[cfg(feature = "sqlite")]
+                if self.durability.is_some() {
+                    return Err(Error::InvalidConfig(
+                        "durability() applies to a store the builder opens; set it in the options of the store passed to store()".into(),
+                    ));
+                }
+                store
+            }
         };
         Ok(EventBus::from_parts(store, self.clock, self.config))
     }

@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     stop: watch::Sender<bool>,
     worker: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
+    /// Serialises `subscribe`, so the check that a name is free and its use are one step.
+    subscribing: Mutex<()>,
 }
 
 /// A persistent event bus. Cheap to clone: clones share one bus.
@@ -99,6 +101,7 @@ impl EventBus {
                 stop: watch::channel(false).0,
                 worker: Mutex::new(None),
                 closed: Mutex::new(false),
+                subscribing: Mutex::new(()),
             }),
         }
     }
@@ -178,7 +181,7 @@ impl EventBus {
 
     /// [`publish`](Self::publish) for a prepared [`NewEvent`] (with metadata, say).
     pub async fn publish_event(&self, event: NewEvent) -> Result<EventId> {
-        let _guard = self.inner.inflight.enter();
+        let guard = self.inner.inflight.enter();
         self.check_open()?;
         self.check_size(&event)?;
         let now = self.inner.clock.now();
@@ -188,7 +191,15 @@ impl EventBus {
             .insert(vec![event.clone()], InsertMode::Claimed, now)
             .await
             .map_err(Self::map_closed)?;
-        crate::dispatch::deliver(&self.inner, event.into_event(EventStatus::Processing, now)).await;
+        // Delivered in its own task: if the caller drops this future, delivery still finishes
+        // and the outcome is recorded, so the event is not left `processing`.
+        let inner = self.inner.clone();
+        let event = event.into_event(EventStatus::Processing, now);
+        let delivery = tokio::spawn(async move {
+            crate::dispatch::deliver(&inner, event).await;
+            drop(guard);
+        });
+        let _ = delivery.await;
         Ok(id)
     }
 
@@ -238,6 +249,7 @@ impl EventBus {
         if let Some(o) = &options.retry {
             self.inner.config.retry.with_override(o).validate()?;
         }
+        let _one_at_a_time = self.inner.subscribing.lock().await;
         if let Some(name) = &options.name {
             if name.trim().is_empty() {
                 return Err(Error::InvalidConfig(
@@ -345,6 +357,15 @@ impl EventBus {
         self.inner.stop.send_replace(true);
         if let Some(worker) = self.inner.worker.lock().await.take() {
             let _ = worker.await;
+        }
+        // Rows of unnamed subscriptions belong to this process alone; named rows stay, since a
+        // later process with the same names carries on their delivery records.
+        for sub in self.inner.registry.all() {
+            if sub.name.is_none()
+                && let Err(e) = self.inner.store.delete_subscription(&sub.id).await
+            {
+                tracing::warn!(subscription_id = %sub.id, error = %e, "could not remove the subscription row");
+            }
         }
         let timeout = self.inner.config.shutdown_timeout;
         if tokio::time::timeout(timeout, self.inner.inflight.wait_idle())

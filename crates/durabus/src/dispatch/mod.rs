@@ -45,15 +45,31 @@ async fn run_handler(sub: &Entry, event: Event) -> Result<(), String> {
 /// subscription order, stopping at the first failure, then records the outcome.
 pub(crate) async fn deliver(inner: &Arc<Inner>, event: Event) {
     let outcome = attempt(inner, event).await;
+    record(inner, outcome).await;
+}
+
+/// Writes an outcome, retrying with back-off while the store fails (a lock held too long, say):
+/// giving up would leave the event `processing` until the next start. Stops when the store is
+/// closed; the next start then recovers the event.
+async fn record(inner: &Arc<Inner>, outcome: Outcome) {
     let id = outcome.id();
-    let now = inner.clock.now();
-    match inner.store.record(outcome, now).await {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::warn!(event_id = %id, "outcome not recorded: the event is no longer processing")
-        }
-        Err(e) => {
-            tracing::error!(event_id = %id, error = %e, "outcome not recorded; the event will be recovered on the next start")
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match inner.store.record(outcome.clone(), inner.clock.now()).await {
+            Ok(true) => return,
+            Ok(false) => {
+                tracing::warn!(event_id = %id, "outcome not recorded: the event is no longer processing");
+                return;
+            }
+            Err(crate::Error::StoreClosed) => {
+                tracing::warn!(event_id = %id, "store closed before the outcome was recorded; the next start recovers the event");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(event_id = %id, error = %e, ?pause, "recording the outcome failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
         }
     }
 }
@@ -64,6 +80,24 @@ async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
         &inner.config.retry,
         subs.iter().filter_map(|s| s.info.retry.as_ref()),
     );
+    if event.retry_count > policy.max_retries {
+        // Every allowed attempt has been used, the last ones by processes that died during
+        // them (crash recovery counts those). A handler that kills its process must not loop
+        // forever: the event becomes a dead letter without another attempt.
+        tracing::warn!(
+            event_id = %event.id,
+            event_type = %event.event_type,
+            attempt = event.retry_count,
+            max_attempts = policy.max_attempts(),
+            "attempts exhausted by interrupted deliveries; dead-lettering"
+        );
+        return Outcome::Dead {
+            id: event.id,
+            retry_count: event.retry_count,
+            errors: event.errors,
+            delivered: event.delivered,
+        };
+    }
     let mut delivered = event.delivered.clone();
     let mut failure = None;
     for sub in &subs {

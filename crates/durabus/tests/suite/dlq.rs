@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use durabus::{DlqInspector, Error, Event, EventId, EventStatus, RetryOverride, SubscribeOptions};
+use durabus::{
+    DlqInspector, Error, Event, EventId, EventStatus, Page, RetryOverride, SubscribeOptions,
+};
 
 use crate::support::*;
 
@@ -44,7 +46,7 @@ pub async fn list_pages_dead_events_newest_first(h: &Harness) {
     let ids = dead_events(h, &bus, 5).await;
     let ok = bus.publish("alive.x", &1).await.unwrap();
     let dlq = bus.dlq();
-    let all = dlq.list(0, 100).await.unwrap();
+    let all = dlq.list(Page::default()).await.unwrap();
     let got: Vec<_> = all.iter().map(|e| e.id).collect();
     let mut want = ids.clone();
     want.reverse();
@@ -54,10 +56,15 @@ pub async fn list_pages_dead_events_newest_first(h: &Harness) {
         all.iter()
             .all(|e| e.status == EventStatus::Dlq && e.errors.len() == 1)
     );
-    let page: Vec<_> = dlq.list(1, 2).await.unwrap().iter().map(|e| e.id).collect();
+    let page: Vec<_> = dlq
+        .list(Page::new(1, 2))
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
     assert_eq!(page, want[1..3].to_vec());
-    assert!(dlq.list(5, 10).await.unwrap().is_empty());
-    assert_eq!(durabus::dlq::DEFAULT_LIMIT, 100);
+    assert!(dlq.list(Page::new(5, 10)).await.unwrap().is_empty());
     assert_eq!(dlq.get(ids[0]).await.unwrap().id, ids[0]);
     assert!(matches!(dlq.get(ok).await, Err(Error::EventNotFound(..))));
     bus.shutdown().await.unwrap();
@@ -116,5 +123,27 @@ pub async fn purge_deletes_dead_events_created_at_or_before_the_cutoff(h: &Harne
     );
     assert_eq!(dlq.purge(0).await.unwrap(), 1);
     assert_eq!(dlq.purge(0).await.unwrap(), 0);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn list_returns_at_most_100_by_default(h: &Harness) {
+    let bus = failing_bus(h, Arc::new(AtomicBool::new(false))).await;
+    let batch: Vec<_> = (0..120)
+        .map(|i| durabus::NewEvent::new("dead.x", &i).unwrap())
+        .collect();
+    // Pending now; the failing handler (no retries) dead-letters each on its first attempt.
+    let store = bus.store();
+    store
+        .insert(batch, durabus::InsertMode::Pending, h.clock.now())
+        .await
+        .unwrap();
+    bus.start().await.unwrap();
+    eventually("120 dead events", || {
+        let dlq = bus.dlq();
+        async move { (dlq.list(Page::new(0, 1000)).await.ok()?.len() == 120).then_some(()) }
+    })
+    .await;
+    assert_eq!(bus.dlq().list(Page::default()).await.unwrap().len(), 100);
+    assert_eq!(bus.dlq().list(Page::new(100, 100)).await.unwrap().len(), 20);
     bus.shutdown().await.unwrap();
 }

@@ -214,3 +214,145 @@ pub async fn a_crash_during_back_off_loses_nothing(h: &Harness) {
     assert_eq!(e.retry_count, 1);
     bus.shutdown().await.unwrap();
 }
+
+pub async fn attempts_used_up_by_crashes_end_in_the_dlq_without_another_run(h: &Harness) {
+    // A handler that kills its process: every attempt ends in a crash, and each restart's
+    // recovery counts the interrupted attempt.
+    let store = h.backend.open().await;
+    let e = NewEvent::new("fatal.x", &1).unwrap();
+    let id = e.id;
+    store
+        .insert(vec![e], InsertMode::Claimed, h.clock.now())
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        store.recover_processing(h.clock.now()).await.unwrap();
+        assert_eq!(store.claim_due(h.clock.now(), 10).await.unwrap().len(), 1);
+    }
+    store.close().await.unwrap();
+    let bus = h.bus().await;
+    let calls = Arc::new(AtomicU32::new(0));
+    let c = calls.clone();
+    bus.subscribe(
+        "fatal.*",
+        move |_e: Event| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(bus.start().await.unwrap(), 1);
+    let e = wait_status(&bus, id, EventStatus::Dlq).await;
+    assert_eq!(
+        e.retry_count, 5,
+        "4 crashes + the interrupted attempt of this recovery"
+    );
+    assert_eq!(e.errors.len(), 5);
+    assert!(e.errors.iter().all(|m| m.contains("interrupted")));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "no attempt beyond max_retries + 1"
+    );
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_dropped_publish_still_finishes_its_delivery(h: &Harness) {
+    let bus = h.bus().await;
+    bus.subscribe(
+        "slow.*",
+        |_e: Event| async {
+            tokio::time::sleep(Duration::from_millis(60)).await;
+            Ok(())
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let seen = Seen::default();
+    let s = seen.clone();
+    bus.subscribe(
+        "slow.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.push(e.id.to_string());
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    // The caller gives up while the first handler runs.
+    let gave_up = tokio::time::timeout(Duration::from_millis(20), bus.publish("slow.x", &1)).await;
+    assert!(
+        gave_up.is_err(),
+        "the publish should still have been running"
+    );
+    let id = eventually("the delivery to finish", || {
+        let seen = seen.clone();
+        async move { seen.all().first().cloned() }
+    })
+    .await;
+    let e = wait_status(&bus, id.parse().unwrap(), EventStatus::Done).await;
+    assert_eq!(e.retry_count, 0);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn shutdown_removes_unnamed_subscription_rows_and_keeps_named_ones(h: &Harness) {
+    let bus = h.bus().await;
+    bus.subscribe(
+        "a.*",
+        |_e: Event| async { Ok(()) },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.subscribe(
+        "a.*",
+        |_e: Event| async { Ok(()) },
+        SubscribeOptions::default().name("kept"),
+    )
+    .await
+    .unwrap();
+    bus.shutdown().await.unwrap();
+    let store = h.backend.open().await;
+    let rows = store.subscriptions().await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].name.as_deref(), Some("kept"));
+    store.close().await.unwrap();
+}
+
+pub async fn concurrent_subscribes_with_one_name_let_exactly_one_through(h: &Harness) {
+    let bus = h.bus().await;
+    let tries: Vec<_> = (0..8)
+        .map(|_| {
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                bus.subscribe(
+                    "n.*",
+                    |_e: Event| async { Ok(()) },
+                    SubscribeOptions::default().name("same"),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for t in tries {
+        match t.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(Error::InvalidConfig(_)) => {}
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+    assert_eq!(ok, 1);
+    assert_eq!(bus.subscriptions().len(), 1);
+    bus.shutdown().await.unwrap();
+}

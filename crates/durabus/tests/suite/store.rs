@@ -168,3 +168,44 @@ pub async fn data_survives_close_and_reopen_and_closed_stores_refuse_work(h: &Ha
     assert_eq!(got.status, EventStatus::Pending);
     store.close().await.unwrap();
 }
+
+pub async fn a_failed_insert_stores_none_of_its_events(h: &Harness) {
+    let store = h.backend.open().await;
+    let first = NewEvent::new("x.a", &1).unwrap();
+    let first_id = first.id;
+    store
+        .insert(vec![first.clone()], InsertMode::Pending, h.clock.now())
+        .await
+        .unwrap();
+    let fresh = NewEvent::new("x.b", &2).unwrap();
+    let fresh_id = fresh.id;
+    // The second event reuses an id: the whole insert must fail and store nothing.
+    let err = store
+        .insert(vec![fresh, first], InsertMode::Pending, h.clock.now())
+        .await;
+    assert!(err.is_err());
+    assert!(
+        store.get_event(fresh_id).await.unwrap().is_none(),
+        "partial insert committed"
+    );
+    // Side by side with another writer (possibly one group commit): the failing insert does
+    // not take the good one down with it.
+    let good = NewEvent::new("x.c", &3).unwrap();
+    let good_id = good.id;
+    let bad = NewEvent {
+        id: first_id,
+        ..NewEvent::new("x.e", &5).unwrap()
+    };
+    let (a, b) = tokio::join!(
+        store.insert(vec![good], InsertMode::Pending, h.clock.now()),
+        store.insert(vec![bad], InsertMode::Pending, h.clock.now()),
+    );
+    assert!(a.is_ok());
+    assert!(b.is_err());
+    assert!(store.get_event(good_id).await.unwrap().is_some());
+    assert_eq!(
+        store.get_event(first_id).await.unwrap().unwrap().event_type,
+        "x.a"
+    );
+    store.close().await.unwrap();
+}

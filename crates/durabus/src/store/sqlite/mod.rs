@@ -6,7 +6,7 @@ mod schema;
 pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -76,6 +76,15 @@ pub struct SqliteStore {
     readers: Arc<Mutex<Vec<Connection>>>,
     closed: Arc<AtomicBool>,
     wake: Arc<Notify>,
+    stats: Arc<WriteStats>,
+}
+
+/// Counters kept by the writer thread.
+#[derive(Debug, Default)]
+pub(crate) struct WriteStats {
+    pub transactions: AtomicU64,
+    pub requests: AtomicU64,
+    pub synchronous: AtomicU8,
 }
 
 fn display(path: &Path) -> String {
@@ -129,6 +138,23 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(&path, flags).map_err(|e| open_error(&path, e))?;
         conn.busy_timeout(options.busy_timeout)
             .map_err(|e| open_error(&path, e))?;
+        if !options.create {
+            // Opening an existing database (the CLI's inspection commands): never change a
+            // file that durabus did not make.
+            let ours: bool = conn
+                .query_row(
+                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'durabus_meta'",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| open_error(&path, e))?;
+            if !ours {
+                return Err(Error::NotADatabase {
+                    path: display(&path),
+                    reason: "it is an SQLite database without durabus tables".into(),
+                });
+            }
+        }
         let mode: String = retry_busy(options.lock_timeout, || {
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         })
@@ -169,6 +195,9 @@ impl SqliteStore {
         }
         retry_busy(options.lock_timeout, || conn.execute_batch("COMMIT"))?;
 
+        let stats = Arc::new(WriteStats::default());
+        let synchronous: u8 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+        stats.synchronous.store(synchronous, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let wake = Arc::new(Notify::new());
         let writer = Writer {
@@ -176,6 +205,7 @@ impl SqliteStore {
             rx,
             lock_timeout: options.lock_timeout,
             wake: wake.clone(),
+            stats: stats.clone(),
         };
         std::thread::Builder::new()
             .name("durabus-sqlite-writer".into())
@@ -188,7 +218,22 @@ impl SqliteStore {
             readers: Arc::new(Mutex::new(Vec::new())),
             closed: Arc::new(AtomicBool::new(false)),
             wake,
+            stats,
         })
+    }
+
+    /// Transactions and requests the writer has committed so far. With many concurrent writers
+    /// there are far fewer transactions than requests: that is group commit at work.
+    pub fn write_stats(&self) -> (u64, u64) {
+        (
+            self.stats.transactions.load(Ordering::Relaxed),
+            self.stats.requests.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The write connection's `PRAGMA synchronous` (1 = NORMAL, 2 = FULL).
+    pub fn synchronous(&self) -> u8 {
+        self.stats.synchronous.load(Ordering::Relaxed)
     }
 
     /// The database file.
@@ -243,6 +288,22 @@ impl SqliteStore {
         .await
         .map_err(|e| Error::Database(format!("read task failed: {e}")))?
     }
+}
+
+/// The listing query for the filters given: newest first, served by the `(status, created_at,
+/// id)` or `(type, created_at, id)` index without a sort. Parameters: the filters' values in that
+/// order, then limit and offset.
+#[doc(hidden)]
+pub fn list_sql(by_status: bool, by_type: bool) -> String {
+    let filter = match (by_status, by_type) {
+        (true, true) => "WHERE status = ? AND type = ?",
+        (true, false) => "WHERE status = ?",
+        (false, true) => "WHERE type = ?",
+        (false, false) => "",
+    };
+    format!(
+        "SELECT {EVENT_COLUMNS} FROM events {filter} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+    )
 }
 
 fn unexpected(r: Reply) -> Error {
@@ -339,31 +400,18 @@ impl Store for SqliteStore {
 
     async fn list_events(&self, q: EventQuery) -> Result<Vec<Event>> {
         self.read(move |c| {
-            let sql = format!(
-                "SELECT {EVENT_COLUMNS} FROM events
-                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR type = ?2)
-                 ORDER BY created_at DESC, id DESC LIMIT ?3 OFFSET ?4"
-            );
-            // Let the planner pick the index for the filters actually given.
-            let sql = match (&q.status, &q.event_type) {
-                (Some(_), None) => sql.replace("(?1 IS NULL OR status = ?1)", "status = ?1"),
-                (None, Some(_)) => sql.replace("(?2 IS NULL OR type = ?2)", "type = ?2"),
-                (Some(_), Some(_)) => sql
-                    .replace("(?1 IS NULL OR status = ?1)", "status = ?1")
-                    .replace("(?2 IS NULL OR type = ?2)", "type = ?2"),
-                (None, None) => sql,
-            };
-            c.prepare_cached(&sql)?
-                .query_map(
-                    params![
-                        q.status.map(EventStatus::as_str),
-                        q.event_type,
-                        i64::try_from(q.limit).unwrap_or(i64::MAX),
-                        i64::try_from(q.offset).unwrap_or(i64::MAX)
-                    ],
-                    event_from_row,
-                )?
-                .collect()
+            let sql = list_sql(q.status.is_some(), q.event_type.is_some());
+            let status = q.status.map(EventStatus::as_str);
+            let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
+            let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
+            let mut stmt = c.prepare_cached(&sql)?;
+            let rows = match (status, q.event_type) {
+                (Some(s), Some(t)) => stmt.query_map(params![s, t, limit, offset], event_from_row),
+                (Some(s), None) => stmt.query_map(params![s, limit, offset], event_from_row),
+                (None, Some(t)) => stmt.query_map(params![t, limit, offset], event_from_row),
+                (None, None) => stmt.query_map(params![limit, offset], event_from_row),
+            }?;
+            rows.collect()
         })
         .await
     }

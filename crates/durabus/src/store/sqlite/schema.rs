@@ -24,8 +24,8 @@ const MIGRATIONS: &[&str] = &[
     -- Serves the claim (due pending events, earliest first) and nothing else.
     CREATE INDEX IF NOT EXISTS events_due ON events(next_attempt_at) WHERE status = 'pending';
     -- Serves listings by status (dead-letter queue, newest first) and crash recovery.
-    CREATE INDEX IF NOT EXISTS events_status ON events(status, created_at);
-    CREATE INDEX IF NOT EXISTS events_type ON events(type, created_at);
+    CREATE INDEX IF NOT EXISTS events_status ON events(status, created_at, id);
+    CREATE INDEX IF NOT EXISTS events_type ON events(type, created_at, id);
     CREATE TABLE IF NOT EXISTS subscriptions (
         id TEXT PRIMARY KEY NOT NULL,
         name TEXT UNIQUE,

@@ -2,6 +2,7 @@
 //! channel in one transaction (group commit), so many concurrent publishers share one fsync.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,7 @@ pub(super) struct Writer {
     pub rx: Receiver<Msg>,
     pub lock_timeout: Duration,
     pub wake: Arc<Notify>,
+    pub stats: Arc<super::WriteStats>,
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -166,6 +168,14 @@ impl Writer {
             };
             results.push((res, reply));
         }
+        if single && results.first().is_some_and(|(r, _)| r.is_err()) {
+            // Alone in its transaction: undo whatever part of it ran.
+            let _ = self.conn.execute_batch("ROLLBACK");
+            for (res, reply) in results {
+                let _ = reply.send(res);
+            }
+            return;
+        }
         let committed = retry_busy(self.lock_timeout, || self.conn.execute_batch("COMMIT"));
         if let Err(e) = committed {
             let _ = self.conn.execute_batch("ROLLBACK");
@@ -174,6 +184,10 @@ impl Writer {
             }
             return;
         }
+        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .requests
+            .fetch_add(results.len() as u64, Ordering::Relaxed);
         if wake {
             self.wake.notify_one();
         }
