@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::breaker::BreakerConfig;
 use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 
@@ -24,6 +25,9 @@ pub struct BusConfig {
     /// Longest the dispatcher sleeps without looking at the store: the fallback that picks up
     /// events written by other processes. Defaults to 500 ms.
     pub poll_interval: Duration,
+    /// Circuit breaker thresholds, the same for every subscription. Defaults to
+    /// [`BreakerConfig::default`] (> 50 % failed of ≥ 4 in 1 min opens it for 30 s).
+    pub breaker: BreakerConfig,
 }
 
 impl Default for BusConfig {
@@ -35,6 +39,7 @@ impl Default for BusConfig {
             max_payload_bytes: 1024 * 1024,
             concurrency: 16,
             poll_interval: Duration::from_millis(500),
+            breaker: BreakerConfig::default(),
         }
     }
 }
@@ -43,6 +48,7 @@ impl BusConfig {
     /// Checks every value.
     pub fn validate(&self) -> Result<()> {
         self.retry.validate()?;
+        self.breaker.validate()?;
         if self.handler_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "handler_timeout must be above zero".into(),

@@ -31,9 +31,12 @@
 //! - [`retry`]: the retry policy, its merge and the back-off formula.
 //! - [`pattern`]: event types and glob patterns.
 //! - [`dlq`]: the dead-letter inspector.
+//! - [`breaker`]: the per-subscription circuit breaker (a pure state machine).
+//! - [`metrics`]: in-process retry metrics.
 //! - [`store`]: the [`Store`] trait and the SQLite store.
 //! - [`clock`]: injected time.
 
+pub mod breaker;
 mod bus;
 pub mod clock;
 pub mod config;
@@ -42,17 +45,20 @@ pub mod dlq;
 pub mod error;
 pub mod event;
 pub mod handler;
+pub mod metrics;
 pub mod pattern;
 pub mod retry;
 pub mod store;
 
-pub use bus::{BusBuilder, EventBus, SubscriptionId};
+pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
+pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::BusConfig;
 pub use dlq::{DlqInspector, Page};
 pub use error::{Error, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
+pub use metrics::{MetricsSnapshot, TypeMetrics};
 pub use retry::{RetryOverride, RetryPolicy};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};

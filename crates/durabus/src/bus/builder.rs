@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::breaker::BreakerConfig;
 use crate::bus::EventBus;
 use crate::clock::{Clock, SystemClock};
 use crate::config::BusConfig;
@@ -111,6 +112,12 @@ impl BusBuilder {
     /// Sets how many events the workers deliver at once (16 unless set).
     pub fn concurrency(mut self, n: usize) -> Self {
         self.config.concurrency = n;
+        self
+    }
+
+    /// Sets the circuit breaker thresholds (see [`BreakerConfig`] for the defaults).
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.config.breaker = breaker;
         self
     }
 

@@ -1,5 +1,6 @@
 //! The [`EventBus`]: publish, enqueue, subscribe, unsubscribe, start and shutdown.
 
+mod breakers;
 mod builder;
 mod inflight;
 pub(crate) mod registry;
@@ -11,8 +12,10 @@ use serde::Serialize;
 use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 
+pub use breakers::SubscriptionBreaker;
 pub use builder::BusBuilder;
 
+use self::breakers::Breakers;
 use self::inflight::InFlight;
 use self::registry::{Entry, Registry};
 use crate::clock::Clock;
@@ -21,6 +24,7 @@ use crate::dlq::DlqInspector;
 use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::handler::{Handler, SubscribeOptions, Subscription};
+use crate::metrics::{MetricsSnapshot, RetryMetrics};
 use crate::pattern::Pattern;
 use crate::store::{InsertMode, Store, SubscriptionRow};
 
@@ -32,6 +36,8 @@ pub(crate) struct Inner {
     pub clock: Arc<dyn Clock>,
     pub config: BusConfig,
     pub registry: Registry,
+    pub breakers: Breakers,
+    pub metrics: RetryMetrics,
     pub inflight: Arc<InFlight>,
     shutting_down: AtomicBool,
     started: AtomicBool,
@@ -93,8 +99,10 @@ impl EventBus {
             inner: Arc::new(Inner {
                 store,
                 clock,
+                breakers: Breakers::new(config.breaker),
                 config,
                 registry: Registry::default(),
+                metrics: RetryMetrics::default(),
                 inflight: Arc::new(InFlight::default()),
                 shutting_down: AtomicBool::new(false),
                 started: AtomicBool::new(false),
@@ -291,6 +299,19 @@ impl EventBus {
         Ok(id)
     }
 
+    /// Each live subscription's circuit breaker: state, failure rate and samples in the window,
+    /// and when it opened.
+    pub fn breakers(&self) -> Vec<SubscriptionBreaker> {
+        self.inner
+            .breakers
+            .snapshot(self.inner.registry.all(), self.inner.clock.now())
+    }
+
+    /// A snapshot of the retry metrics kept since this bus was built.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.metrics.snapshot()
+    }
+
     /// The live subscriptions of this bus, in the order their handlers run.
     pub fn subscriptions(&self) -> Vec<Subscription> {
         self.inner.registry.all()
@@ -300,6 +321,7 @@ impl EventBus {
     /// Fails with [`Error::SubscriptionNotFound`] for an unknown id.
     pub async fn unsubscribe(&self, id: &str) -> Result<()> {
         let removed = self.inner.registry.remove(id);
+        self.inner.breakers.remove(id);
         let deleted = self
             .inner
             .store

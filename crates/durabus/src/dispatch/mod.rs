@@ -6,9 +6,12 @@ mod worker;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::breaker::Admission;
 use crate::bus::Inner;
 use crate::bus::registry::Entry;
+use crate::clock::Timestamp;
 use crate::event::Event;
+use crate::metrics::Pass;
 use crate::retry::RetryPolicy;
 use crate::store::Outcome;
 
@@ -99,20 +102,63 @@ async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
         };
     }
     let mut delivered = event.delivered.clone();
+    let pending: Vec<&Arc<Entry>> = subs
+        .iter()
+        .filter(|s| !delivered.iter().any(|k| k == &s.key))
+        .collect();
+    let ids: Vec<&str> = pending.iter().map(|s| s.info.id.as_str()).collect();
+    let admissions = inner.breakers.admit(&ids, inner.clock.now());
+    let mut deferred_until: Option<Timestamp> = None;
     let mut failure = None;
-    for sub in &subs {
-        if delivered.iter().any(|k| k == &sub.key) {
+    for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
+        if let Admission::Skip { retry_at } = admission {
+            // Open breaker: this handler gets the event later; the others run now.
+            deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
             continue;
         }
-        match run_handler(sub, event.clone()).await {
+        let result = run_handler(sub, event.clone()).await;
+        inner
+            .breakers
+            .record(&sub.info.id, inner.clock.now(), result.is_ok());
+        match result {
             Ok(()) => delivered.push(sub.key.clone()),
             Err(error) => {
-                failure = Some((sub, error));
+                // Handlers after the failure do not run: a probe admitted for one of them is
+                // released, or its breaker would wait for that probe forever.
+                for (later, adm) in pending.iter().zip(&admissions).skip(i + 1) {
+                    if *adm == Admission::Probe {
+                        inner.breakers.release_probe(&later.info.id);
+                    }
+                }
+                failure = Some((*sub, error));
                 break;
             }
         }
     }
+    let prior = event.retry_count;
     let Some((sub, error)) = failure else {
+        if let Some(retry_at) = deferred_until {
+            inner
+                .metrics
+                .record(&event.event_type, prior, Pass::Deferred);
+            tracing::info!(
+                event_id = %event.id,
+                event_type = %event.event_type,
+                next_attempt_at = %retry_at,
+                "event deferred: a circuit breaker is open for a matching subscription"
+            );
+            // Not a failed attempt: retry count and errors stay as they are.
+            return Outcome::Retry {
+                id: event.id,
+                retry_count: event.retry_count,
+                errors: event.errors,
+                delivered,
+                next_attempt_at: retry_at,
+            };
+        }
+        inner
+            .metrics
+            .record(&event.event_type, prior, Pass::Succeeded);
         return Outcome::Done {
             id: event.id,
             delivered,
@@ -123,6 +169,9 @@ async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
     let mut errors = event.errors;
     errors.push(format!("attempt {attempt} [{}]: {error}", sub.key));
     let dead = retry_count > policy.max_retries;
+    inner
+        .metrics
+        .record(&event.event_type, prior, Pass::Failed { dead });
     let delay = if dead {
         Duration::ZERO
     } else {

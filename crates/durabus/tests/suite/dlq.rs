@@ -21,7 +21,13 @@ async fn dead_events(h: &Harness, bus: &durabus::EventBus, n: usize) -> Vec<Even
 }
 
 async fn failing_bus(h: &Harness, healthy: Arc<AtomicBool>) -> durabus::EventBus {
-    let bus = h.bus().await;
+    let bus = h
+        .builder()
+        .await
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap();
     bus.subscribe(
         "dead.*",
         move |_e: Event| {

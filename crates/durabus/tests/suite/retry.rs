@@ -149,7 +149,13 @@ pub async fn exhausted_retries_move_the_event_to_the_dlq_intact(h: &Harness) {
 }
 
 pub async fn overrides_of_matching_subscriptions_merge_most_permissively(h: &Harness) {
-    let bus = h.bus().await;
+    let bus = h
+        .builder()
+        .await
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap();
     let a = Arc::new(AtomicU32::new(0));
     let b = Arc::new(AtomicU32::new(0));
     bus.subscribe(

@@ -55,6 +55,15 @@ pub struct Harness {
 
 pub const MS: Duration = Duration::from_millis(1);
 
+/// A breaker that never trips, for tests about retries and dead letters in which one handler
+/// fails many times a minute (the breaker has its own tests in `suite/breaker.rs`).
+pub fn breaker_never_trips() -> durabus::BreakerConfig {
+    durabus::BreakerConfig {
+        min_samples: u32::MAX,
+        ..durabus::BreakerConfig::default()
+    }
+}
+
 impl Harness {
     pub fn sqlite() -> Self {
         Harness {

@@ -1,0 +1,466 @@
+//! The circuit breaker of one subscription: a pure state machine, the clock passed in.
+//!
+//! ```text
+//! closed ──(> 50 % failed, ≥ 4 samples in 1 min)──→ open
+//! open ──(30 s elapsed)──→ half-open
+//! half-open ──(probe succeeds)──→ closed
+//! half-open ──(probe fails)──→ open
+//! ```
+//!
+//! While open, the subscription's handler is skipped and the event is deferred for it (not
+//! dropped, not counted as a failed attempt). Half-open lets exactly one probe through at a time.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+
+/// Thresholds of the circuit breaker. The defaults are the retry policy document's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BreakerConfig {
+    /// Opens when the share of failed outcomes in the window is above this. Defaults to 0.5.
+    pub failure_threshold: f64,
+    /// Outcomes needed in the window before it may open. Defaults to 4.
+    pub min_samples: u32,
+    /// The sliding window of outcomes. Defaults to 60 s.
+    pub window: Duration,
+    /// How long it stays open before letting a probe through. Defaults to 30 s.
+    pub open_for: Duration,
+    /// How long an event skipped while a probe is in flight waits before it is looked at
+    /// again. Defaults to 1 s.
+    pub probe_wait: Duration,
+}
+
+impl Default for BreakerConfig {
+    fn default() -> Self {
+        BreakerConfig {
+            failure_threshold: 0.5,
+            min_samples: 4,
+            window: Duration::from_secs(60),
+            open_for: Duration::from_secs(30),
+            probe_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+impl BreakerConfig {
+    /// Checks the values.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.failure_threshold > 0.0 && self.failure_threshold < 1.0) {
+            return Err(Error::InvalidConfig(format!(
+                "breaker failure_threshold must be between 0 and 1 (exclusive), got {}",
+                self.failure_threshold
+            )));
+        }
+        if self.min_samples == 0 || self.window.is_zero() || self.open_for.is_zero() {
+            return Err(Error::InvalidConfig(
+                "breaker min_samples, window and open_for must be above zero".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where a breaker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BreakerState {
+    /// Handlers run.
+    Closed,
+    /// Handlers are skipped; events are deferred.
+    Open,
+    /// One probe may run to decide between closed and open.
+    HalfOpen,
+}
+
+impl std::fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        })
+    }
+}
+
+/// What dispatch may do with a subscription's handler for one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Run it (closed).
+    Run,
+    /// Run it as the one half-open probe. Its outcome must be recorded, or the probe released.
+    Probe,
+    /// Skip it; the event is deferred until `retry_at`.
+    Skip {
+        /// When the breaker may admit it again.
+        retry_at: Timestamp,
+    },
+}
+
+/// A state change, for logging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transition {
+    /// Before.
+    pub from: BreakerState,
+    /// After.
+    pub to: BreakerState,
+}
+
+/// One subscription's breaker.
+#[derive(Debug, Clone)]
+pub struct Breaker {
+    config: BreakerConfig,
+    state: BreakerState,
+    /// Outcomes in the window: (time, failed).
+    outcomes: VecDeque<(Timestamp, bool)>,
+    opened_at: Option<Timestamp>,
+    probe_in_flight: bool,
+}
+
+/// A breaker as the query API shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BreakerSnapshot {
+    /// State.
+    pub state: BreakerState,
+    /// Share of failed outcomes in the window (0 when there are none).
+    pub failure_rate: f64,
+    /// Outcomes in the window.
+    pub samples: u32,
+    /// When it last opened, while open or half-open.
+    pub opened_at: Option<Timestamp>,
+    /// Whether a half-open probe is running.
+    pub probe_in_flight: bool,
+}
+
+impl Breaker {
+    /// A closed breaker.
+    pub fn new(config: BreakerConfig) -> Self {
+        Breaker {
+            config,
+            state: BreakerState::Closed,
+            outcomes: VecDeque::new(),
+            opened_at: None,
+            probe_in_flight: false,
+        }
+    }
+
+    /// The state at `now` (an open breaker whose time is up reads as half-open).
+    pub fn state(&self, now: Timestamp) -> BreakerState {
+        match (self.state, self.opened_at) {
+            (BreakerState::Open, Some(at)) if now >= at.plus(self.config.open_for) => {
+                BreakerState::HalfOpen
+            }
+            (s, _) => s,
+        }
+    }
+
+    fn prune(&mut self, now: Timestamp) {
+        let horizon = now.minus(self.config.window);
+        while self.outcomes.front().is_some_and(|(t, _)| *t <= horizon) {
+            self.outcomes.pop_front();
+        }
+    }
+
+    fn move_to(&mut self, to: BreakerState) -> Option<Transition> {
+        let from = self.state;
+        self.state = to;
+        (from != to).then_some(Transition { from, to })
+    }
+
+    /// Decides whether the handler may run for one event. Sets the probe flag when it admits
+    /// the probe, so a second event dispatched concurrently is skipped. Returns the transition
+    /// open → half-open when the open time is up.
+    pub fn admit(&mut self, now: Timestamp) -> (Admission, Option<Transition>) {
+        let mut transition = None;
+        if self.state == BreakerState::Open && self.state(now) == BreakerState::HalfOpen {
+            transition = self.move_to(BreakerState::HalfOpen);
+        }
+        let admission = match self.state {
+            BreakerState::Closed => Admission::Run,
+            BreakerState::Open => Admission::Skip {
+                retry_at: self.opened_at.unwrap_or(now).plus(self.config.open_for),
+            },
+            BreakerState::HalfOpen if self.probe_in_flight => Admission::Skip {
+                retry_at: now.plus(self.config.probe_wait),
+            },
+            BreakerState::HalfOpen => {
+                self.probe_in_flight = true;
+                Admission::Probe
+            }
+        };
+        (admission, transition)
+    }
+
+    /// Records the outcome of a handler run admitted by [`admit`](Self::admit).
+    pub fn record(&mut self, now: Timestamp, success: bool) -> Option<Transition> {
+        match self.state {
+            BreakerState::HalfOpen => {
+                self.probe_in_flight = false;
+                if success {
+                    // A fresh start: the failures that opened it are history.
+                    self.outcomes.clear();
+                    self.opened_at = None;
+                    self.move_to(BreakerState::Closed)
+                } else {
+                    self.opened_at = Some(now);
+                    self.move_to(BreakerState::Open)
+                }
+            }
+            BreakerState::Closed => {
+                self.outcomes.push_back((now, !success));
+                self.prune(now);
+                let samples = self.outcomes.len();
+                let failed = self.outcomes.iter().filter(|(_, f)| *f).count();
+                if samples >= self.config.min_samples as usize
+                    && failed as f64 / samples as f64 > self.config.failure_threshold
+                {
+                    // The outcomes stay, so the query API shows the rate that opened it.
+                    self.opened_at = Some(now);
+                    self.move_to(BreakerState::Open)
+                } else {
+                    None
+                }
+            }
+            // An outcome of a run admitted before the breaker opened: it changes nothing.
+            BreakerState::Open => None,
+        }
+    }
+
+    /// Releases an admitted probe that did not run (an earlier handler of the same event
+    /// failed first), so the next event can probe. Without this the breaker would stay
+    /// half-open with a probe "in flight" forever.
+    pub fn release_probe(&mut self) {
+        self.probe_in_flight = false;
+    }
+
+    /// The breaker as the query API shows it, at `now`.
+    pub fn snapshot(&self, now: Timestamp) -> BreakerSnapshot {
+        let horizon = now.minus(self.config.window);
+        let live: Vec<bool> = self
+            .outcomes
+            .iter()
+            .filter(|(t, _)| *t > horizon)
+            .map(|(_, f)| *f)
+            .collect();
+        let samples = live.len();
+        let failed = live.iter().filter(|f| **f).count();
+        BreakerSnapshot {
+            state: self.state(now),
+            failure_rate: if samples == 0 {
+                0.0
+            } else {
+                failed as f64 / samples as f64
+            },
+            samples: u32::try_from(samples).unwrap_or(u32::MAX),
+            opened_at: self.opened_at,
+            probe_in_flight: self.probe_in_flight,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Timestamp = Timestamp(1_000_000);
+
+    fn at(ms: u64) -> Timestamp {
+        T0.plus(Duration::from_millis(ms))
+    }
+
+    fn breaker() -> Breaker {
+        Breaker::new(BreakerConfig::default())
+    }
+
+    #[test]
+    fn closed_runs_handlers() {
+        let mut b = breaker();
+        assert_eq!(b.admit(T0), (Admission::Run, None));
+        assert_eq!(b.state(T0), BreakerState::Closed);
+    }
+
+    #[test]
+    fn opens_above_half_failed_with_at_least_four_samples() {
+        let mut b = breaker();
+        // Three failures: not enough samples, however bad.
+        for i in 0..3 {
+            assert_eq!(b.record(at(i), false), None);
+        }
+        assert_eq!(b.state(at(3)), BreakerState::Closed);
+        let t = b.record(at(4), false);
+        assert_eq!(
+            t,
+            Some(Transition {
+                from: BreakerState::Closed,
+                to: BreakerState::Open
+            })
+        );
+        let s = b.snapshot(at(4));
+        assert_eq!(s.opened_at, Some(at(4)));
+        assert_eq!(
+            (s.samples, s.failure_rate),
+            (4, 1.0),
+            "the rate that opened it"
+        );
+    }
+
+    #[test]
+    fn exactly_half_failed_stays_closed() {
+        let mut b = breaker();
+        for (i, ok) in [true, false, true, false].into_iter().enumerate() {
+            assert_eq!(b.record(at(i as u64), ok), None);
+        }
+        assert_eq!(b.state(at(5)), BreakerState::Closed);
+        let s = b.snapshot(at(5));
+        assert_eq!(s.samples, 4);
+        assert_eq!(s.failure_rate, 0.5);
+        // One more failure: 3 of 5 > 50 %.
+        assert!(b.record(at(6), false).is_some());
+        assert_eq!(b.state(at(6)), BreakerState::Open);
+    }
+
+    #[test]
+    fn outcomes_older_than_the_window_do_not_count() {
+        let mut b = breaker();
+        for i in 0..3 {
+            b.record(at(i), false);
+        }
+        // At 60 001 ms the one at 2 ms is still inside the window (now - 60 s, now]...
+        assert_eq!(b.snapshot(at(60_001)).samples, 1);
+        // ...and a minute after the last of them, all three have left it.
+        assert_eq!(b.record(at(60_002), false), None);
+        assert_eq!(b.snapshot(at(60_002)).samples, 1);
+        assert_eq!(b.state(at(60_002)), BreakerState::Closed);
+    }
+
+    #[test]
+    fn open_skips_until_thirty_seconds_then_half_open_admits_one_probe() {
+        let mut b = breaker();
+        for i in 0..4 {
+            b.record(at(i), false);
+        }
+        let opened = at(3);
+        let (adm, t) = b.admit(at(10_000));
+        assert_eq!(
+            adm,
+            Admission::Skip {
+                retry_at: opened.plus(Duration::from_secs(30))
+            }
+        );
+        assert_eq!(t, None);
+        assert_eq!(
+            b.state(opened.plus(Duration::from_millis(29_999))),
+            BreakerState::Open
+        );
+        let half = opened.plus(Duration::from_secs(30));
+        assert_eq!(b.state(half), BreakerState::HalfOpen);
+        let (adm, t) = b.admit(half);
+        assert_eq!(adm, Admission::Probe);
+        assert_eq!(
+            t,
+            Some(Transition {
+                from: BreakerState::Open,
+                to: BreakerState::HalfOpen
+            })
+        );
+        // Only one probe at a time.
+        let (adm, _) = b.admit(half);
+        assert_eq!(
+            adm,
+            Admission::Skip {
+                retry_at: half.plus(Duration::from_secs(1))
+            }
+        );
+        assert!(b.snapshot(half).probe_in_flight);
+    }
+
+    fn half_open() -> (Breaker, Timestamp) {
+        let mut b = breaker();
+        for i in 0..4 {
+            b.record(at(i), false);
+        }
+        let half = at(3).plus(Duration::from_secs(30));
+        assert_eq!(b.admit(half).0, Admission::Probe);
+        (b, half)
+    }
+
+    #[test]
+    fn a_successful_probe_closes() {
+        let (mut b, t) = half_open();
+        assert_eq!(
+            b.record(t, true),
+            Some(Transition {
+                from: BreakerState::HalfOpen,
+                to: BreakerState::Closed
+            })
+        );
+        assert_eq!(b.admit(t).0, Admission::Run);
+        let s = b.snapshot(t);
+        assert_eq!(
+            (s.samples, s.opened_at, s.probe_in_flight),
+            (0, None, false)
+        );
+    }
+
+    #[test]
+    fn a_failed_probe_reopens_for_another_thirty_seconds() {
+        let (mut b, t) = half_open();
+        assert_eq!(
+            b.record(t, false),
+            Some(Transition {
+                from: BreakerState::HalfOpen,
+                to: BreakerState::Open
+            })
+        );
+        assert_eq!(
+            b.admit(t).0,
+            Admission::Skip {
+                retry_at: t.plus(Duration::from_secs(30))
+            }
+        );
+        assert_eq!(
+            b.state(t.plus(Duration::from_secs(30))),
+            BreakerState::HalfOpen
+        );
+    }
+
+    #[test]
+    fn a_released_probe_lets_the_next_event_probe() {
+        let (mut b, t) = half_open();
+        assert!(matches!(b.admit(t).0, Admission::Skip { .. }));
+        b.release_probe();
+        assert_eq!(
+            b.admit(t).0,
+            Admission::Probe,
+            "without release this would deadlock"
+        );
+    }
+
+    #[test]
+    fn config_validation() {
+        assert!(BreakerConfig::default().validate().is_ok());
+        for bad in [
+            BreakerConfig {
+                failure_threshold: 1.0,
+                ..BreakerConfig::default()
+            },
+            BreakerConfig {
+                failure_threshold: 0.0,
+                ..BreakerConfig::default()
+            },
+            BreakerConfig {
+                min_samples: 0,
+                ..BreakerConfig::default()
+            },
+            BreakerConfig {
+                open_for: Duration::ZERO,
+                ..BreakerConfig::default()
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}
