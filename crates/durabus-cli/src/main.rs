@@ -38,6 +38,8 @@ enum Command {
     /// The dead-letter queue.
     #[command(subcommand)]
     Dlq(cmd::dlq::DlqCommand),
+    /// Counts by status and type, the retry count distribution, and the DLQ rate per type.
+    Stats,
 }
 
 fn main() -> ExitCode {
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => cmd::demo::run(&cli.db, cli.json, args).await,
             Command::Events(c) => cmd::events::run(&cli.db, cli.json, c).await,
             Command::Dlq(c) => cmd::dlq::run(&cli.db, cli.json, c).await,
+            Command::Stats => cmd::stats::run(&cli.db, cli.json).await,
         }
     });
     match result {

@@ -123,6 +123,18 @@ fn demo_json_prints_a_summary() {
     assert_eq!(s["delivered_after_retry"], 1);
     assert_eq!(s["dead_lettered"], 1);
     assert_eq!(s["dead_letter_ids"].as_array().unwrap().len(), 1);
+    // Order 3 retried once, order 99 twice.
+    assert_eq!(s["retry_metrics"]["retries_total"], 3);
+    assert_eq!(s["retry_metrics"]["events_dead_lettered_total"], 1);
+    assert_eq!(s["retry_metrics"]["success_after_retry_rate"], 0.5);
+    let names: Vec<_> = s["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].clone())
+        .collect();
+    assert_eq!(names, ["demo-audit", "demo-payments", "demo-email"]);
+    assert_eq!(s["breakers"][0]["state"], "closed");
 }
 
 fn assert_one_line_failure(o: &Output, needle: &str) {
@@ -217,4 +229,30 @@ fn enqueue_foreign_event(db: &Path) -> bool {
         bus.shutdown().await.unwrap();
         ok
     })
+}
+
+#[test]
+fn stats_report_what_the_database_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stats.db");
+    assert_one_line_failure(&durabus(&db, &["stats"]), "does not exist");
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let s = json(&durabus(&db, &["stats", "--json"]));
+    assert_eq!(s["total"], 8);
+    assert_eq!(s["by_status"]["done"], 7);
+    assert_eq!(s["by_status"]["dlq"], 1);
+    assert_eq!(s["by_type"]["order.paid"]["dlq"], 1);
+    assert_eq!(s["by_type"]["order.paid"]["done"], 6);
+    let rate = s["by_type"]["order.paid"]["dlq_rate"].as_f64().unwrap();
+    assert!((rate - 1.0 / 7.0).abs() < 1e-9, "{rate}");
+    assert_eq!(s["by_type"]["user.signed_up"]["dlq_rate"], 0.0);
+    // 5 events never retried, 2 retried once, the dead letter used 3 attempts.
+    assert_eq!(s["retry_counts"]["0"], 5);
+    assert_eq!(s["retry_counts"]["1"], 2);
+    assert_eq!(s["retry_counts"]["3"], 1);
+    let text = stdout(&durabus(&db, &["stats"]));
+    assert!(
+        text.contains("order.paid") && text.contains("14.3%"),
+        "{text}"
+    );
 }

@@ -48,6 +48,7 @@ pub mod handler;
 pub mod metrics;
 pub mod pattern;
 pub mod retry;
+pub mod stats;
 pub mod store;
 
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
@@ -60,9 +61,10 @@ pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use metrics::{MetricsSnapshot, TypeMetrics};
 pub use retry::{RetryOverride, RetryPolicy};
+pub use stats::{StoreStats, TypeStats};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
-pub use store::{EventQuery, InsertMode, Outcome, StatusCount, Store, SubscriptionRow};
+pub use store::{EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

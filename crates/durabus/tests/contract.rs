@@ -64,6 +64,7 @@ macro_rules! all_contract_tests {
             store::listing_filters_by_status_and_type_and_counts,
             store::data_survives_close_and_reopen_and_closed_stores_refuse_work,
             store::a_failed_insert_stores_none_of_its_events,
+            store::stats_count_by_status_type_and_retries,
         );
     };
 }

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use durabus::pattern::Pattern;
 use durabus::{
-    Event, EventBus, EventId, EventStatus, NewEvent, RetryPolicy, StatusCount, SubscribeOptions,
+    BreakerConfig, Event, EventBus, EventId, EventStatus, MetricsSnapshot, NewEvent, RetryPolicy,
+    StatusCount, SubscribeOptions, SubscriptionBreaker,
 };
 use serde::Serialize;
 
@@ -70,6 +71,8 @@ struct Summary {
     handler_calls: u32,
     dead_letter_ids: Vec<EventId>,
     elapsed_ms: u128,
+    retry_metrics: MetricsSnapshot,
+    breakers: Vec<SubscriptionBreaker>,
 }
 
 pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
@@ -86,6 +89,12 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
             backoff_multiplier: 2.0,
         })
         .poll_interval(Duration::from_millis(50))
+        // Short like the back-off: a breaker that trips reopens to a probe within the demo.
+        .breaker(BreakerConfig {
+            open_for: Duration::from_millis(300),
+            probe_wait: Duration::from_millis(50),
+            ..BreakerConfig::default()
+        })
         .build()
         .await
         .with_context(|| format!("cannot open {}", db.display()))?;
@@ -207,6 +216,8 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
             events.push(e);
         }
     }
+    let retry_metrics = bus.metrics();
+    let breakers = bus.breakers();
     bus.shutdown().await?;
 
     let summary = Summary {
@@ -231,6 +242,8 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
             .map(|e| e.id)
             .collect(),
         elapsed_ms: started.elapsed().as_millis(),
+        retry_metrics,
+        breakers,
     };
     if json {
         return output::json(&summary);
@@ -243,6 +256,22 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
     println!("  dead-lettered          {}", summary.dead_lettered);
     println!("  handler calls          {}", summary.handler_calls);
     println!("  took                   {} ms", summary.elapsed_ms);
+    let m = &summary.retry_metrics;
+    println!(
+        "  retry metrics          {} retries, {:.0} % of retried events succeeded, {} deferred",
+        m.retries_total,
+        m.success_after_retry_rate * 100.0,
+        m.events_deferred_total
+    );
+    for b in &summary.breakers {
+        println!(
+            "  breaker {:<14} {} ({} samples, {:.0} % failed in the last minute)",
+            b.name.as_deref().unwrap_or(&b.subscription_id),
+            b.breaker.state,
+            b.breaker.samples,
+            b.breaker.failure_rate * 100.0
+        );
+    }
     for e in events.iter().filter(|e| e.status == EventStatus::Dlq) {
         println!("  dead letter {} {}: {:?}", e.id, e.event_type, e.errors);
     }

@@ -3,6 +3,7 @@
 pub mod demo;
 pub mod dlq;
 pub mod events;
+pub mod stats;
 
 use std::path::Path;
 use std::sync::Arc;

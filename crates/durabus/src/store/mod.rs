@@ -108,6 +108,17 @@ pub struct StatusCount {
     pub count: u64,
 }
 
+/// Events counted by status and retry count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryCount {
+    /// Status.
+    pub status: EventStatus,
+    /// Failed attempts.
+    pub retry_count: u32,
+    /// Number of events.
+    pub count: u64,
+}
+
 /// How an inserted event starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InsertMode {
@@ -159,6 +170,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Event counts per type and status.
     async fn counts(&self) -> Result<Vec<StatusCount>>;
+
+    /// Event counts per status and retry count.
+    async fn retry_counts(&self) -> Result<Vec<RetryCount>>;
 
     /// Dead-letter retry: a `dlq` event goes back to `pending`, due now, with `retry_count` 0 and
     /// its errors cleared. Returns `false` if no dead event has this id.

@@ -209,3 +209,78 @@ pub async fn a_failed_insert_stores_none_of_its_events(h: &Harness) {
     );
     store.close().await.unwrap();
 }
+
+pub async fn stats_count_by_status_type_and_retries(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    let evs: Vec<_> = (0..4)
+        .map(|i| NewEvent::new(if i < 3 { "s.a" } else { "s.b" }, &i).unwrap())
+        .collect();
+    let ids: Vec<_> = evs.iter().map(|e| e.id).collect();
+    store.insert(evs, InsertMode::Pending, now).await.unwrap();
+    let claimed = store.claim_due(now, 10).await.unwrap();
+    assert_eq!(claimed.len(), 4);
+    // s.a: one done at once, one done after a retry, one dead after two attempts; s.b pending.
+    let done = |id| Outcome::Done {
+        id,
+        delivered: vec![],
+    };
+    store.record(done(ids[0]), now).await.unwrap();
+    store
+        .record(
+            Outcome::Retry {
+                id: ids[1],
+                retry_count: 1,
+                errors: vec!["e".into()],
+                delivered: vec![],
+                next_attempt_at: now,
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    store
+        .record(
+            Outcome::Dead {
+                id: ids[2],
+                retry_count: 2,
+                errors: vec!["e".into(), "e".into()],
+                delivered: vec![],
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    store
+        .record(
+            Outcome::Retry {
+                id: ids[3],
+                retry_count: 0,
+                errors: vec![],
+                delivered: vec![],
+                next_attempt_at: now.plus(Duration::from_secs(9)),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    let again = store.claim_due(now, 10).await.unwrap();
+    assert_eq!(again.len(), 1);
+    store.record(done(ids[1]), now).await.unwrap();
+    let s = durabus::StoreStats::collect(store.as_ref()).await.unwrap();
+    assert_eq!(s.total, 4);
+    assert_eq!(
+        (s.by_status.done, s.by_status.dlq, s.by_status.pending),
+        (2, 1, 1)
+    );
+    let a = &s.by_type["s.a"];
+    assert_eq!((a.done, a.dlq, a.pending), (2, 1, 0));
+    assert!((a.dlq_rate - 1.0 / 3.0).abs() < 1e-9);
+    assert_eq!(s.by_type["s.b"].pending, 1);
+    assert_eq!(s.by_type["s.b"].dlq_rate, 0.0);
+    assert_eq!(
+        s.retry_counts,
+        std::collections::BTreeMap::from([(0, 2), (1, 1), (2, 1)])
+    );
+    store.close().await.unwrap();
+}

@@ -24,7 +24,9 @@ use self::writer::{Msg, Op, Reply, Writer, retry_busy};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus, NewEvent};
-use crate::store::{EventQuery, InsertMode, Outcome, StatusCount, Store, SubscriptionRow};
+use crate::store::{
+    EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow,
+};
 
 /// How hard a commit works to survive failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -306,6 +308,16 @@ pub fn list_sql(by_status: bool, by_type: bool) -> String {
     )
 }
 
+fn parse_status(col: usize, s: &str) -> rusqlite::Result<EventStatus> {
+    s.parse().map_err(|e: Error| {
+        rusqlite::Error::FromSqlConversionFailure(
+            col,
+            rusqlite::types::Type::Text,
+            e.to_string().into(),
+        )
+    })
+}
+
 fn unexpected(r: Reply) -> Error {
     Error::Database(format!("writer returned an unexpected reply: {r:?}"))
 }
@@ -425,13 +437,26 @@ impl Store for SqliteStore {
                 let status: String = r.get(1)?;
                 Ok(StatusCount {
                     event_type: r.get(0)?,
-                    status: status.parse().map_err(|e: Error| {
-                        rusqlite::Error::FromSqlConversionFailure(
-                            1,
-                            rusqlite::types::Type::Text,
-                            e.to_string().into(),
-                        )
-                    })?,
+                    status: parse_status(1, &status)?,
+                    count: r.get(2)?,
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn retry_counts(&self) -> Result<Vec<RetryCount>> {
+        self.read(|c| {
+            c.prepare_cached(
+                "SELECT status, retry_count, count(*) FROM events GROUP BY status, retry_count
+                 ORDER BY status, retry_count",
+            )?
+            .query_map([], |r| {
+                let status: String = r.get(0)?;
+                Ok(RetryCount {
+                    status: parse_status(1, &status)?,
+                    retry_count: r.get(1)?,
                     count: r.get(2)?,
                 })
             })?
