@@ -23,7 +23,8 @@ pub struct TypeMetrics {
 /// A copy of the metrics at one moment.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct MetricsSnapshot {
-    /// Delivery attempts made (each pass over an event's handlers, deferrals included).
+    /// Delivery attempts that ended in success or failure (deferred passes are counted in
+    /// `events_deferred_total` only).
     pub delivery_attempts_total: u64,
     /// Attempts that were retries (the event had failed before).
     pub retries_total: u64,
@@ -74,11 +75,14 @@ impl RetryMetrics {
         };
         let retry = prior_failures > 0;
         let s = &mut st.snap;
-        s.delivery_attempts_total += 1;
         let t = s.by_type.entry(event_type.to_owned()).or_default();
-        if retry {
-            s.retries_total += 1;
-            t.retries_total += 1;
+        // A deferred pass is no attempt for the handler it skipped: it is counted apart.
+        if pass != Pass::Deferred {
+            s.delivery_attempts_total += 1;
+            if retry {
+                s.retries_total += 1;
+                t.retries_total += 1;
+            }
         }
         let attempts = match pass {
             Pass::Succeeded => {
@@ -141,14 +145,15 @@ mod tests {
         m.record("a.bad", 0, Pass::Failed { dead: false });
         m.record("a.bad", 1, Pass::Failed { dead: true });
         m.record("a.ok", 0, Pass::Deferred);
+        m.record("a.flaky", 1, Pass::Deferred);
         let s = m.snapshot();
-        assert_eq!(s.delivery_attempts_total, 6);
+        assert_eq!(s.delivery_attempts_total, 5);
         assert_eq!(s.retries_total, 2);
         assert_eq!(s.failed_attempts_total, 3);
         assert_eq!(s.events_succeeded_total, 2);
         assert_eq!(s.events_succeeded_after_retry_total, 1);
         assert_eq!(s.events_dead_lettered_total, 1);
-        assert_eq!(s.events_deferred_total, 1);
+        assert_eq!(s.events_deferred_total, 2);
         assert_eq!(s.success_after_retry_rate, 0.5);
         assert_eq!(s.by_type["a.bad"].dlq_rate, 1.0);
         assert_eq!(s.by_type["a.ok"].dlq_rate, 0.0);

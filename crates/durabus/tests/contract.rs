@@ -33,6 +33,7 @@ macro_rules! all_contract_tests {
             publish::an_event_nobody_subscribes_to_is_done,
             publish::subscribe_stores_a_row_and_unsubscribe_removes_it,
             publish::bad_input_is_rejected_and_nothing_is_stored,
+            publish::a_batch_is_stored_all_or_nothing_and_delivered,
             retry::a_failure_is_retried_on_the_persisted_schedule,
             retry::exhausted_retries_move_the_event_to_the_dlq_intact,
             retry::overrides_of_matching_subscriptions_merge_most_permissively,

@@ -235,6 +235,26 @@ impl EventBus {
         Ok(id)
     }
 
+    /// Stores many events in one transaction, all or none, and returns their ids at once; the
+    /// background workers deliver them. Every event is checked first: one bad event fails the
+    /// whole call and nothing is stored.
+    pub async fn enqueue_batch(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
+        self.check_open()?;
+        for event in &events {
+            self.check_size(event)?;
+        }
+        let ids = events.iter().map(|e| e.id).collect();
+        if events.is_empty() {
+            return Ok(ids);
+        }
+        self.inner
+            .store
+            .insert(events, InsertMode::Pending, self.inner.clock.now())
+            .await
+            .map_err(Self::map_closed)?;
+        Ok(ids)
+    }
+
     /// Registers `handler` for event types matching `pattern` and stores the subscription row.
     /// Returns the subscription id.
     ///

@@ -346,3 +346,62 @@ pub async fn bad_input_is_rejected_and_nothing_is_stored(h: &Harness) {
     bus.publish("a.b", &"y".repeat(62)).await.unwrap();
     bus.shutdown().await.unwrap();
 }
+
+pub async fn a_batch_is_stored_all_or_nothing_and_delivered(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .max_payload_bytes(32)
+        .build()
+        .await
+        .unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    bus.subscribe(
+        "batch.*",
+        move |_e: Event| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    // One oversized event spoils the batch: nothing is stored.
+    let mut bad: Vec<_> = (0..10)
+        .map(|i| NewEvent::new("batch.x", &i).unwrap())
+        .collect();
+    bad.push(NewEvent::new("batch.x", &"z".repeat(100)).unwrap());
+    assert!(matches!(
+        bus.enqueue_batch(bad).await,
+        Err(Error::PayloadTooLarge { .. })
+    ));
+    assert!(
+        bus.store()
+            .list_events(EventQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(bus.enqueue_batch(Vec::new()).await.unwrap().is_empty());
+    let good: Vec<_> = (0..500)
+        .map(|i| NewEvent::new("batch.x", &i).unwrap())
+        .collect();
+    let want: Vec<_> = good.iter().map(|e| e.id).collect();
+    let ids = bus.enqueue_batch(good).await.unwrap();
+    assert_eq!(ids, want);
+    bus.start().await.unwrap();
+    for id in &ids {
+        wait_status(&bus, *id, EventStatus::Done).await;
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 500);
+    bus.shutdown().await.unwrap();
+    assert!(matches!(
+        bus.enqueue_batch(vec![NewEvent::new("batch.x", &1).unwrap()])
+            .await,
+        Err(Error::Shutdown)
+    ));
+}
