@@ -40,6 +40,8 @@ enum Command {
     Dlq(cmd::dlq::DlqCommand),
     /// Counts by status and type, the retry count distribution, and the DLQ rate per type.
     Stats,
+    /// Measure throughput, latency, recovery and memory on fresh databases (build with --release).
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
             Command::Events(c) => cmd::events::run(&cli.db, cli.json, c).await,
             Command::Dlq(c) => cmd::dlq::run(&cli.db, cli.json, c).await,
             Command::Stats => cmd::stats::run(&cli.db, cli.json).await,
+            Command::Bench(args) => cmd::bench::run(cli.json, args).await,
         }
     });
     match result {

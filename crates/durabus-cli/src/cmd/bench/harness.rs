@@ -1,0 +1,146 @@
+//! Shared pieces of the benchmark: fresh databases, a counting no-op handler, medians, RSS.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use durabus::{BusBuilder, Durability, Event, EventBus, NewEvent, SubscribeOptions};
+use tokio::sync::Notify;
+
+pub struct Bench {
+    pub durability: Durability,
+    dir: tempfile::TempDir,
+    verbose: bool,
+    next: AtomicU64,
+}
+
+impl Bench {
+    pub fn new(durability: Durability, verbose: bool) -> anyhow::Result<Self> {
+        Ok(Bench {
+            durability,
+            dir: tempfile::tempdir().context("cannot create a temporary directory")?,
+            verbose,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    pub fn say(&self, what: &str) {
+        if self.verbose {
+            eprintln!("  measuring {what} …");
+        }
+    }
+
+    /// A builder on a new, empty database file.
+    pub fn builder(&self) -> BusBuilder {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let path = self.dir.path().join(format!("bench-{n}.db"));
+        EventBus::builder().sqlite(path).durability(self.durability)
+    }
+
+    /// Runs `f` once to warm up, then `runs` times, returning the measurements.
+    pub async fn repeat<F, Fut>(&self, runs: usize, mut f: F) -> anyhow::Result<Vec<f64>>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<f64>>,
+    {
+        f().await?;
+        let mut out = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            out.push(f().await?);
+        }
+        Ok(out)
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// A payload of about 200 bytes of JSON.
+pub fn event(i: u64) -> anyhow::Result<NewEvent> {
+    Ok(NewEvent::new(
+        "bench.order.created",
+        &serde_json::json!({
+            "order_id": i,
+            "customer": "customer-0001-with-a-reasonably-long-identifier",
+            "items": [{"sku": "SKU-12345", "qty": 2, "price_cents": 1999},
+                      {"sku": "SKU-67890", "qty": 1, "price_cents": 4999}],
+            "currency": "EUR",
+            "note": "benchmark payload"
+        }),
+    )?)
+}
+
+/// Counts deliveries; wakes a waiter when a target is reached.
+#[derive(Default)]
+pub struct Counter {
+    seen: AtomicU64,
+    wake: Notify,
+}
+
+impl Counter {
+    /// Subscribes a no-op handler that counts.
+    pub async fn subscribe(self: &Arc<Self>, bus: &EventBus) -> anyhow::Result<()> {
+        let c = self.clone();
+        bus.subscribe(
+            "bench.*",
+            move |_e: Event| {
+                c.seen.fetch_add(1, Ordering::Relaxed);
+                c.wake.notify_one();
+                async { Ok(()) }
+            },
+            SubscribeOptions::default(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Relaxed)
+    }
+
+    /// Waits until `target` deliveries were seen (at most `limit`).
+    pub async fn wait_for(&self, target: u64, limit: Duration) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.seen() < target {
+            let notified = self.wake.notified();
+            if self.seen() >= target {
+                break;
+            }
+            anyhow::ensure!(
+                tokio::time::timeout_at(deadline, notified).await.is_ok() || self.seen() >= target,
+                "only {} of {target} events delivered within {limit:?}",
+                self.seen()
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Resident memory of this process in MB (Linux; 0 elsewhere).
+pub fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}

@@ -1,0 +1,207 @@
+//! `durabus bench`: the performance figures of DESIGN §5, measured on fresh file databases in
+//! WAL mode, each the median of several runs after a warm-up.
+
+mod dlq;
+mod harness;
+mod pipeline;
+mod publish;
+
+use std::time::Instant;
+
+use durabus::Durability;
+use serde::Serialize;
+
+use self::harness::{Bench, median};
+use crate::output;
+
+/// Durability as a command-line value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// `synchronous=NORMAL`: survives a process crash.
+    Normal,
+    /// `synchronous=FULL`: an fsync per commit, survives power loss.
+    Full,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Small sizes, for a smoke run in seconds (skips the 1M-event figures).
+    #[arg(long)]
+    quick: bool,
+    /// Commit durability to measure.
+    #[arg(long, value_enum, default_value = "normal")]
+    durability: DurabilityArg,
+    /// Events pushed through the bus for the end-to-end figure.
+    #[arg(long, default_value_t = 100_000)]
+    events: u64,
+    /// Concurrent publishers for the concurrent figure.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Runs per figure (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Events pushed through the bus for the memory figure.
+    #[arg(long, default_value_t = 1_000_000)]
+    rss_events: u64,
+}
+
+/// Every figure, as printed with `--json`.
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub durability: &'static str,
+    pub publish_seq_eps: f64,
+    pub publish_concurrent_eps: f64,
+    pub publish_batch_eps: f64,
+    pub e2e_eps: f64,
+    pub latency_p50_us: f64,
+    pub latency_p99_us: f64,
+    pub dlq_list_10k_ms: f64,
+    pub dlq_list_1m_ms: Option<f64>,
+    pub recovery_100_ms: f64,
+    pub recovery_100k_ms: f64,
+    pub rss_start_mb: f64,
+    pub rss_end_mb: f64,
+    pub events: u64,
+    pub concurrency: usize,
+    pub runs: usize,
+    pub seconds: f64,
+}
+
+pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
+    anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
+    anyhow::ensure!(args.events >= 1, "--events must be at least 1");
+    let started = Instant::now();
+    let durability = match args.durability {
+        DurabilityArg::Normal => Durability::Normal,
+        DurabilityArg::Full => Durability::Full,
+    };
+    let b = Bench::new(durability, !json)?;
+    let q = args.quick;
+    let scale = |full: u64, quick: u64| if q { quick } else { full };
+    let runs = args.runs;
+    let mut r = Report {
+        durability: match durability {
+            Durability::Normal => "normal",
+            Durability::Full => "full",
+        },
+        events: if q {
+            args.events.min(20_000)
+        } else {
+            args.events
+        },
+        concurrency: args.concurrency,
+        runs,
+        ..Report::default()
+    };
+
+    b.say("publish, one caller awaiting each commit");
+    r.publish_seq_eps = median(
+        b.repeat(runs, || publish::sequential(&b, scale(20_000, 2_000)))
+            .await?,
+    );
+    b.say("publish, concurrent callers");
+    r.publish_concurrent_eps = median(
+        b.repeat(runs, || {
+            publish::concurrent(&b, scale(200_000, 20_000), args.concurrency)
+        })
+        .await?,
+    );
+    b.say("publish, batches of 1,000");
+    r.publish_batch_eps = median(
+        b.repeat(runs, || publish::batch(&b, scale(500_000, 50_000)))
+            .await?,
+    );
+    b.say("end to end, no-op handler");
+    r.e2e_eps = median(
+        b.repeat(runs, || pipeline::end_to_end(&b, r.events))
+            .await?,
+    );
+    b.say("latency, publish to handler start");
+    let (p50, p99) = pipeline::latency(&b, if q { 300 } else { 2_000 }).await?;
+    r.latency_p50_us = p50;
+    r.latency_p99_us = p99;
+    b.say("dead-letter listing, 10k dead events");
+    r.dlq_list_10k_ms = dlq::first_page(&b, 10_000, runs.max(5)).await?;
+    if !q {
+        b.say("dead-letter listing, 1M dead events");
+        r.dlq_list_1m_ms = Some(dlq::first_page(&b, 1_000_000, runs.max(5)).await?);
+    }
+    b.say("startup recovery, 100 stuck events");
+    r.recovery_100_ms = median(b.repeat(runs, || pipeline::recovery(&b, 100)).await?);
+    b.say("startup recovery, 100k stuck events");
+    r.recovery_100k_ms = median(
+        b.repeat(runs, || pipeline::recovery(&b, scale(100_000, 10_000)))
+            .await?,
+    );
+    b.say("memory while events flow through the bus");
+    let (start, end) = pipeline::rss(&b, if q { 50_000 } else { args.rss_events }).await?;
+    r.rss_start_mb = start;
+    r.rss_end_mb = end;
+    r.seconds = started.elapsed().as_secs_f64();
+
+    if json {
+        return output::json(&r);
+    }
+    print_table(&r);
+    Ok(())
+}
+
+fn print_table(r: &Report) {
+    let rows: Vec<(&str, String, &str)> = vec![
+        (
+            "publish, 1 caller (ev/s)",
+            format!("{:.0}", r.publish_seq_eps),
+            "≥ 20,000",
+        ),
+        (
+            "publish, concurrent (ev/s)",
+            format!("{:.0}", r.publish_concurrent_eps),
+            "≥ 100,000 (full: ≥ 40,000)",
+        ),
+        (
+            "publish, batch (ev/s)",
+            format!("{:.0}", r.publish_batch_eps),
+            "≥ 150,000",
+        ),
+        ("end to end (ev/s)", format!("{:.0}", r.e2e_eps), "≥ 40,000"),
+        ("latency p50 (µs)", format!("{:.0}", r.latency_p50_us), "—"),
+        (
+            "latency p99 (µs)",
+            format!("{:.0}", r.latency_p99_us),
+            "< 1,000",
+        ),
+        (
+            "DLQ first page, 10k (ms)",
+            format!("{:.3}", r.dlq_list_10k_ms),
+            "< 2",
+        ),
+        (
+            "DLQ first page, 1M (ms)",
+            r.dlq_list_1m_ms
+                .map_or("skipped".into(), |v| format!("{v:.3}")),
+            "< 10",
+        ),
+        (
+            "recovery, 100 (ms)",
+            format!("{:.1}", r.recovery_100_ms),
+            "< 20",
+        ),
+        (
+            "recovery, 100k (ms)",
+            format!("{:.0}", r.recovery_100k_ms),
+            "< 2,000",
+        ),
+        ("RSS before (MB)", format!("{:.1}", r.rss_start_mb), "—"),
+        ("RSS after (MB)", format!("{:.1}", r.rss_end_mb), "flat"),
+    ];
+    println!();
+    println!(
+        "durability: {}   runs: {}   took {:.0} s",
+        r.durability, r.runs, r.seconds
+    );
+    println!("{:<30}  {:>12}  target", "figure", "measured");
+    for (name, value, target) in rows {
+        println!("{name:<30}  {value:>12}  {target}");
+    }
+}

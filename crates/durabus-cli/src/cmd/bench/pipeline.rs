@@ -1,0 +1,118 @@
+//! Delivery figures: end to end, latency, recovery, memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use durabus::{Event, InsertMode, SubscribeOptions};
+use tokio::sync::mpsc;
+
+use super::harness::{Bench, Counter, event, percentile, rss_mb};
+
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// Events per second from the first publish until a no-op handler has seen all `n`.
+pub async fn end_to_end(b: &Bench, n: u64) -> anyhow::Result<f64> {
+    let bus = b.builder().build().await?;
+    let counter = Arc::new(Counter::default());
+    counter.subscribe(&bus).await?;
+    bus.start().await?;
+    let start = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(1000);
+        let events = (i..i + k).map(event).collect::<anyhow::Result<Vec<_>>>()?;
+        bus.enqueue_batch(events).await?;
+        i += k;
+    }
+    counter.wait_for(n, LIMIT).await?;
+    let eps = n as f64 / start.elapsed().as_secs_f64();
+    bus.shutdown().await?;
+    Ok(eps)
+}
+
+/// Publish → handler start, one event at a time on an idle bus: (p50, p99) in µs.
+pub async fn latency(b: &Bench, samples: usize) -> anyhow::Result<(f64, f64)> {
+    let bus = b.builder().build().await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    bus.subscribe(
+        "bench.*",
+        move |_e: Event| {
+            let _ = tx.send(Instant::now());
+            async { Ok(()) }
+        },
+        SubscribeOptions::default(),
+    )
+    .await?;
+    bus.start().await?;
+    let mut lat = Vec::with_capacity(samples);
+    for i in 0..samples + 50 {
+        let ev = event(i as u64)?;
+        // Idle between events, as a quiet service would be.
+        tokio::time::sleep(Duration::from_micros(200)).await;
+        let start = Instant::now();
+        bus.enqueue_event(ev).await?;
+        let seen = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("handler channel closed"))?;
+        if i >= 50 {
+            lat.push(seen.duration_since(start).as_secs_f64() * 1e6);
+        }
+    }
+    bus.shutdown().await?;
+    lat.sort_by(|a, b| a.total_cmp(b));
+    Ok((percentile(&lat, 0.50), percentile(&lat, 0.99)))
+}
+
+/// `start()` with `n` events stuck in `processing` until all are handled, in ms.
+pub async fn recovery(b: &Bench, n: u64) -> anyhow::Result<f64> {
+    let bus = b.builder().build().await?;
+    let store = bus.store();
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(1000);
+        let events = (i..i + k).map(event).collect::<anyhow::Result<Vec<_>>>()?;
+        store
+            .insert(events, InsertMode::Claimed, bus.clock().now())
+            .await?;
+        i += k;
+    }
+    let counter = Arc::new(Counter::default());
+    counter.subscribe(&bus).await?;
+    let start = Instant::now();
+    let recovered = bus.start().await?;
+    anyhow::ensure!(recovered == n, "recovered {recovered} of {n}");
+    counter.wait_for(n, LIMIT).await?;
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    bus.shutdown().await?;
+    Ok(ms)
+}
+
+/// Resident memory before and after pushing `n` events through the bus, in MB.
+pub async fn rss(b: &Bench, n: u64) -> anyhow::Result<(f64, f64)> {
+    let bus = b.builder().build().await?;
+    let counter = Arc::new(Counter::default());
+    counter.subscribe(&bus).await?;
+    bus.start().await?;
+    // Warm up so allocator pools and caches exist before the first reading.
+    let warm = 20_000.min(n);
+    push(&bus, 0, warm).await?;
+    counter.wait_for(warm, LIMIT).await?;
+    let start = rss_mb();
+    push(&bus, warm, n).await?;
+    counter.wait_for(n, LIMIT).await?;
+    let end = rss_mb();
+    bus.shutdown().await?;
+    Ok((start, end))
+}
+
+/// Publishes events `from..to` in batches, keeping the backlog bounded.
+async fn push(bus: &durabus::EventBus, from: u64, to: u64) -> anyhow::Result<()> {
+    let mut i = from;
+    while i < to {
+        let k = (to - i).min(1000);
+        let events = (i..i + k).map(event).collect::<anyhow::Result<Vec<_>>>()?;
+        bus.enqueue_batch(events).await?;
+        i += k;
+    }
+    Ok(())
+}
