@@ -114,8 +114,12 @@ pub struct Transition {
 pub struct Breaker {
     config: BreakerConfig,
     state: BreakerState,
-    /// Outcomes in the window: (time, failed).
-    outcomes: VecDeque<(Timestamp, bool)>,
+    /// Outcomes in the window, one entry per millisecond: (time, runs, failures). Bounded by
+    /// the window's length in ms whatever the event rate.
+    outcomes: VecDeque<(Timestamp, u32, u32)>,
+    /// Sums over `outcomes`.
+    runs: u64,
+    failures: u64,
     opened_at: Option<Timestamp>,
     probe_in_flight: bool,
 }
@@ -142,9 +146,30 @@ impl Breaker {
             config,
             state: BreakerState::Closed,
             outcomes: VecDeque::new(),
+            runs: 0,
+            failures: 0,
             opened_at: None,
             probe_in_flight: false,
         }
+    }
+
+    fn clear_outcomes(&mut self) {
+        self.outcomes.clear();
+        self.runs = 0;
+        self.failures = 0;
+    }
+
+    fn push(&mut self, now: Timestamp, failed: bool) {
+        let f = u32::from(failed);
+        match self.outcomes.back_mut() {
+            Some((t, runs, fails)) if *t == now => {
+                *runs = runs.saturating_add(1);
+                *fails = fails.saturating_add(f);
+            }
+            _ => self.outcomes.push_back((now, 1, f)),
+        }
+        self.runs += 1;
+        self.failures += u64::from(f);
     }
 
     /// The state at `now` (an open breaker whose time is up reads as half-open).
@@ -159,8 +184,13 @@ impl Breaker {
 
     fn prune(&mut self, now: Timestamp) {
         let horizon = now.minus(self.config.window);
-        while self.outcomes.front().is_some_and(|(t, _)| *t <= horizon) {
+        while let Some(&(t, runs, fails)) = self.outcomes.front() {
+            if t > horizon {
+                break;
+            }
             self.outcomes.pop_front();
+            self.runs -= u64::from(runs);
+            self.failures -= u64::from(fails);
         }
     }
 
@@ -201,7 +231,7 @@ impl Breaker {
                 self.probe_in_flight = false;
                 if success {
                     // A fresh start: the failures that opened it are history.
-                    self.outcomes.clear();
+                    self.clear_outcomes();
                     self.opened_at = None;
                     self.move_to(BreakerState::Closed)
                 } else {
@@ -210,12 +240,10 @@ impl Breaker {
                 }
             }
             BreakerState::Closed => {
-                self.outcomes.push_back((now, !success));
+                self.push(now, !success);
                 self.prune(now);
-                let samples = self.outcomes.len();
-                let failed = self.outcomes.iter().filter(|(_, f)| *f).count();
-                if samples >= self.config.min_samples as usize
-                    && failed as f64 / samples as f64 > self.config.failure_threshold
+                if self.runs >= u64::from(self.config.min_samples)
+                    && self.failures as f64 / self.runs as f64 > self.config.failure_threshold
                 {
                     // The outcomes stay, so the query API shows the rate that opened it.
                     self.opened_at = Some(now);
@@ -239,14 +267,13 @@ impl Breaker {
     /// The breaker as the query API shows it, at `now`.
     pub fn snapshot(&self, now: Timestamp) -> BreakerSnapshot {
         let horizon = now.minus(self.config.window);
-        let live: Vec<bool> = self
+        let (samples, failed) = self
             .outcomes
             .iter()
-            .filter(|(t, _)| *t > horizon)
-            .map(|(_, f)| *f)
-            .collect();
-        let samples = live.len();
-        let failed = live.iter().filter(|f| **f).count();
+            .filter(|(t, _, _)| *t > horizon)
+            .fold((0u64, 0u64), |(r, f), (_, runs, fails)| {
+                (r + u64::from(*runs), f + u64::from(*fails))
+            });
         BreakerSnapshot {
             state: self.state(now),
             failure_rate: if samples == 0 {
@@ -437,6 +464,26 @@ mod tests {
             Admission::Probe,
             "without release this would deadlock"
         );
+    }
+
+    #[test]
+    fn many_outcomes_in_one_millisecond_share_one_entry() {
+        let mut b = breaker();
+        for _ in 0..10_000 {
+            b.record(T0, true);
+        }
+        for _ in 0..3 {
+            b.record(T0, false);
+        }
+        assert_eq!(
+            b.outcomes.len(),
+            1,
+            "memory must not grow with the event rate"
+        );
+        let s = b.snapshot(T0);
+        assert_eq!(s.samples, 10_003);
+        assert!((s.failure_rate - 3.0 / 10_003.0).abs() < 1e-12);
+        assert_eq!(b.state(T0), BreakerState::Closed);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct BusConfig {
     /// Events the background workers deliver at the same time (handlers of one event always
     /// run one after another). Defaults to 16.
     pub concurrency: usize,
+    /// Most events one claim takes from the store. Claimed events wait in the worker's queue
+    /// for a free delivery slot; bigger claims mean fewer, larger transactions. Defaults to 256.
+    pub claim_batch: usize,
     /// Longest the dispatcher sleeps without looking at the store: the fallback that picks up
     /// events written by other processes. Defaults to 500 ms.
     pub poll_interval: Duration,
@@ -38,6 +41,7 @@ impl Default for BusConfig {
             shutdown_timeout: Duration::from_secs(30),
             max_payload_bytes: 1024 * 1024,
             concurrency: 16,
+            claim_batch: 256,
             poll_interval: Duration::from_millis(500),
             breaker: BreakerConfig::default(),
         }

@@ -75,7 +75,13 @@ impl RetryMetrics {
         };
         let retry = prior_failures > 0;
         let s = &mut st.snap;
-        let t = s.by_type.entry(event_type.to_owned()).or_default();
+        if !s.by_type.contains_key(event_type) {
+            s.by_type
+                .insert(event_type.to_owned(), TypeMetrics::default());
+        }
+        let Some(t) = s.by_type.get_mut(event_type) else {
+            return;
+        };
         // A deferred pass is no attempt for the handler it skipped: it is counted apart.
         if pass != Pass::Deferred {
             s.delivery_attempts_total += 1;

@@ -51,6 +51,7 @@ macro_rules! all_contract_tests {
             lifecycle::a_dropped_publish_still_finishes_its_delivery,
             lifecycle::shutdown_removes_unnamed_subscription_rows_and_keeps_named_ones,
             lifecycle::concurrent_subscribes_with_one_name_let_exactly_one_through,
+            lifecycle::events_claimed_but_not_started_are_released_at_shutdown,
             breaker::an_open_breaker_defers_events_and_a_probe_closes_it,
             breaker::a_half_open_breaker_lets_exactly_one_probe_through,
             breaker::a_probe_skipped_by_an_earlier_failure_is_released,
@@ -66,6 +67,7 @@ macro_rules! all_contract_tests {
             store::data_survives_close_and_reopen_and_closed_stores_refuse_work,
             store::a_failed_insert_stores_none_of_its_events,
             store::stats_count_by_status_type_and_retries,
+            store::release_returns_claimed_events_without_an_attempt,
         );
     };
 }

@@ -417,11 +417,11 @@ fn the_dlq_listing_is_served_by_an_index_without_sorting() {
             .unwrap();
     });
     let conn = Connection::open(&path).unwrap();
-    for (by_status, by_type, index, params) in [
-        (true, false, "events_status", vec!["dlq"]),
-        (false, true, "events_type", vec!["a.b"]),
+    for (status, by_type, index, params) in [
+        (Some(EventStatus::Dlq), false, "events_status", vec![]),
+        (None, true, "events_type", vec!["a.b"]),
     ] {
-        let sql = durabus::store::sqlite::list_sql(by_status, by_type);
+        let sql = durabus::store::sqlite::list_sql(status, by_type);
         let mut all: Vec<rusqlite::types::Value> = params
             .into_iter()
             .map(|p| rusqlite::types::Value::Text(p.into()))
@@ -439,6 +439,48 @@ fn the_dlq_listing_is_served_by_an_index_without_sorting() {
         assert!(
             !plan.iter().any(|p| p.contains("TEMP B-TREE")),
             "sorts: {plan:?}"
+        );
+    }
+}
+
+#[test]
+fn hot_statements_are_not_recompiled_on_every_run() {
+    let (_dir, path) = temp();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        SqliteStore::open(&path, SqliteOptions::default())
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+    });
+    let conn = Connection::open(&path).unwrap();
+    let claim = durabus::store::sqlite::DUE_QUERY;
+    let dlq = durabus::store::sqlite::list_sql(Some(EventStatus::Dlq), false);
+    let by_type = durabus::store::sqlite::list_sql(Some(EventStatus::Done), true);
+    let mut a = conn.prepare(claim).unwrap();
+    let mut b = conn.prepare(&dlq).unwrap();
+    let mut c = conn.prepare(&by_type).unwrap();
+    for i in 0..5i64 {
+        let _ = a
+            .query_map(rusqlite::params![i, i + 1], |_r| Ok(()))
+            .unwrap()
+            .count();
+        let _ = b
+            .query_map(rusqlite::params![i + 1, i], |_r| Ok(()))
+            .unwrap()
+            .count();
+        let _ = c
+            .query_map(rusqlite::params!["a.b", i + 1, i], |_r| Ok(()))
+            .unwrap()
+            .count();
+    }
+    for (name, st) in [("claim", &a), ("dlq listing", &b), ("listing by type", &c)] {
+        assert_eq!(
+            st.get_status(rusqlite::StatementStatus::RePrepare),
+            0,
+            "{name} is recompiled"
         );
     }
 }

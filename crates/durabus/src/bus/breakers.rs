@@ -58,9 +58,12 @@ impl Breakers {
         };
         ids.iter()
             .map(|id| {
-                let b = map
-                    .entry((*id).to_owned())
-                    .or_insert_with(|| Breaker::new(self.config));
+                if !map.contains_key(*id) {
+                    map.insert((*id).to_owned(), Breaker::new(self.config));
+                }
+                let Some(b) = map.get_mut(*id) else {
+                    return Admission::Run;
+                };
                 let (admission, t) = b.admit(now);
                 log(id, t);
                 admission

@@ -115,6 +115,12 @@ impl BusBuilder {
         self
     }
 
+    /// Sets how many events one claim takes (256 unless set).
+    pub fn claim_batch(mut self, n: usize) -> Self {
+        self.config.claim_batch = n;
+        self
+    }
+
     /// Sets the circuit breaker thresholds (see [`BreakerConfig`] for the defaults).
     pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
         self.config.breaker = breaker;

@@ -2,7 +2,7 @@
 
 mod breakers;
 mod builder;
-mod inflight;
+pub(crate) mod inflight;
 pub(crate) mod registry;
 
 use std::sync::Arc;

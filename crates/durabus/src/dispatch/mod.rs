@@ -17,30 +17,55 @@ use crate::store::Outcome;
 
 pub(crate) use worker::run_worker;
 
-/// Runs one handler in its own task under its timeout. A panic or a timeout is an error.
+/// Catches a panic of the future it wraps, so a panicking handler fails its attempt instead of
+/// unwinding through the dispatcher.
+struct CatchUnwind(crate::handler::HandlerFuture);
+
+impl std::future::Future for CatchUnwind {
+    type Output = Result<crate::handler::HandlerResult, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(Ok(r)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic_message(panic.as_ref()))),
+        }
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
+/// Runs one handler under its timeout. An error, a panic or a timeout fails the attempt; a
+/// timed-out handler is cancelled at its next await point.
 async fn run_handler(sub: &Entry, event: Event) -> Result<(), String> {
-    let handler = sub.handler.clone();
-    let mut task = tokio::spawn(async move { handler.call(event).await });
-    match tokio::time::timeout(sub.info.timeout, &mut task).await {
+    let handler = &sub.handler;
+    let fut = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call(event))) {
+        Ok(fut) => fut,
+        Err(panic) => {
+            return Err(format!(
+                "handler panicked: {}",
+                panic_message(panic.as_ref())
+            ));
+        }
+    };
+    match tokio::time::timeout(sub.info.timeout, CatchUnwind(fut)).await {
         Ok(Ok(Ok(()))) => Ok(()),
         Ok(Ok(Err(e))) => Err(e.to_string()),
-        Ok(Err(join)) if join.is_panic() => {
-            let panic = join.into_panic();
-            let msg = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "non-string panic payload".into());
-            Err(format!("handler panicked: {msg}"))
-        }
-        Ok(Err(join)) => Err(format!("handler task failed: {join}")),
-        Err(_) => {
-            task.abort();
-            Err(format!(
-                "handler timed out after {} ms",
-                sub.info.timeout.as_millis()
-            ))
-        }
+        Ok(Err(panic)) => Err(format!("handler panicked: {panic}")),
+        Err(_) => Err(format!(
+            "handler timed out after {} ms",
+            sub.info.timeout.as_millis()
+        )),
     }
 }
 
@@ -49,6 +74,39 @@ async fn run_handler(sub: &Entry, event: Event) -> Result<(), String> {
 pub(crate) async fn deliver(inner: &Arc<Inner>, event: Event) {
     let outcome = attempt(inner, event).await;
     record(inner, outcome).await;
+}
+
+/// Writes a batch of outcomes (the worker's completer), retrying like [`record`].
+pub(crate) async fn record_batch(inner: &Arc<Inner>, outcomes: Vec<Outcome>) {
+    let mut pause = Duration::from_millis(10);
+    loop {
+        match inner
+            .store
+            .record_many(outcomes.clone(), inner.clock.now())
+            .await
+        {
+            Ok(flags) => {
+                for (o, applied) in outcomes.iter().zip(flags) {
+                    if !applied {
+                        tracing::warn!(event_id = %o.id(), "outcome not recorded: the event is no longer processing");
+                    }
+                }
+                return;
+            }
+            Err(crate::Error::StoreClosed) => {
+                tracing::warn!(
+                    events = outcomes.len(),
+                    "store closed before outcomes were recorded; the next start recovers them"
+                );
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, ?pause, "recording outcomes failed; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 /// Writes an outcome, retrying with back-off while the store fails (a lock held too long, say):
@@ -77,7 +135,7 @@ async fn record(inner: &Arc<Inner>, outcome: Outcome) {
     }
 }
 
-async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
+pub(crate) async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
     let subs = inner.registry.matching(&event.event_type);
     let policy = RetryPolicy::merge(
         &inner.config.retry,

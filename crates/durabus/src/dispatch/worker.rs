@@ -1,20 +1,33 @@
-//! The background worker loop: claim due events in batches, deliver them concurrently (up to
-//! `concurrency`), and sleep until woken by a write, by the earliest retry time, by a clock jump
-//! or by the poll interval.
+//! The background worker loop: claim due events in batches into a local queue, deliver them
+//! with at most `concurrency` running at once, and hand finished outcomes to a completer that
+//! writes them in batches. When nothing is due, sleep until woken by a write, by the earliest
+//! retry time, by a clock jump or by the poll interval.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::bus::Inner;
+use crate::bus::inflight::InFlightGuard;
+use crate::event::Event;
+use crate::store::Outcome;
 
-/// Returns a slot to the semaphore when a delivery ends, even by panic.
-struct Slot(Arc<Semaphore>);
+/// An outcome on its way to the store, with the in-flight guard that makes shutdown wait for
+/// the write.
+type Finished = (Outcome, InFlightGuard);
 
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.add_permits(1);
+/// Most outcomes written in one store call.
+const COMPLETION_BATCH: usize = 1024;
+
+/// Writes finished deliveries' outcomes in batches: one store call for all that are waiting.
+async fn complete(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Finished>) {
+    let mut buf = Vec::with_capacity(COMPLETION_BATCH);
+    while rx.recv_many(&mut buf, COMPLETION_BATCH).await > 0 {
+        let (outcomes, guards): (Vec<Outcome>, Vec<InFlightGuard>) = buf.drain(..).unzip();
+        crate::dispatch::record_batch(&inner, outcomes).await;
+        drop(guards);
     }
 }
 
@@ -23,76 +36,87 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, mut stop: watch::Receiver<bool
     let wake = inner.store.wakeups();
     let mut jumps = inner.clock.jumps();
     let mut failures = 0u32;
+    let mut queue: VecDeque<Event> = VecDeque::new();
+    let (finished, finished_rx) = mpsc::unbounded_channel::<Finished>();
+    tokio::spawn(complete(inner.clone(), finished_rx));
     loop {
         if *stop.borrow() {
-            return;
+            break;
         }
-        let first = tokio::select! {
-            p = slots.clone().acquire_many_owned(1) => match p { Ok(p) => p, Err(_) => return },
-            _ = stop.changed() => return,
+        let slot = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = stop.changed() => break,
         };
-        let want = 1 + slots.available_permits();
-        // Register for wake-ups before looking, so a write that lands meanwhile is not missed.
-        let notified = wake.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let claimed = match inner.store.claim_due(inner.clock.now(), want).await {
-            Ok(events) => {
-                failures = 0;
-                events
-            }
-            Err(e) => {
-                failures = failures.saturating_add(1);
-                let pause = Duration::from_millis(10u64 << failures.min(8));
-                tracing::error!(error = %e, ?pause, "claiming due events failed; retrying");
-                drop(first);
-                tokio::select! {
-                    _ = tokio::time::sleep(pause) => continue,
-                    _ = stop.changed() => return,
+        if queue.is_empty() {
+            // Register for wake-ups before looking, so a write that lands meanwhile is not missed.
+            let notified = wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match inner
+                .store
+                .claim_due(inner.clock.now(), inner.config.claim_batch)
+                .await
+            {
+                Ok(events) => {
+                    failures = 0;
+                    queue.extend(events);
+                }
+                Err(e) => {
+                    drop(slot);
+                    failures = failures.saturating_add(1);
+                    let pause = Duration::from_millis(10u64 << failures.min(8));
+                    tracing::error!(error = %e, ?pause, "claiming due events failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => continue,
+                        _ = stop.changed() => break,
+                    }
                 }
             }
-        };
-        let got = claimed.len();
-        first.forget();
-        if got > 1 {
-            match slots
-                .clone()
-                .try_acquire_many_owned(u32::try_from(got - 1).unwrap_or(u32::MAX))
-            {
-                Ok(p) => p.forget(),
-                Err(_) => tracing::error!("worker slots out of step; continuing"),
+            if queue.is_empty() {
+                drop(slot);
+                let sleep_for = match inner.store.next_due().await {
+                    Ok(Some(due)) => inner.clock.now().until(due).min(inner.config.poll_interval),
+                    _ => inner.config.poll_interval,
+                };
+                tokio::select! {
+                    _ = &mut notified => {}
+                    _ = tokio::time::sleep(sleep_for) => {}
+                    _ = stop.changed() => break,
+                    _ = jumped(&mut jumps) => {}
+                }
+                continue;
             }
         }
-        if got == 0 {
-            slots.add_permits(1);
-        }
-        for event in claimed {
-            let slot = Slot(slots.clone());
-            let guard = inner.inflight.enter();
-            let inner = inner.clone();
-            tokio::spawn(async move {
-                crate::dispatch::deliver(&inner, event).await;
-                drop(guard);
-                drop(slot);
-            });
-        }
-        if got == want {
-            continue;
-        }
-        let sleep_for = match inner.store.next_due().await {
-            Ok(Some(due)) => inner.clock.now().until(due).min(inner.config.poll_interval),
-            _ => inner.config.poll_interval,
-        };
-        if got > 0 && sleep_for.is_zero() {
-            continue;
-        }
-        tokio::select! {
-            _ = &mut notified => {}
-            _ = tokio::time::sleep(sleep_for) => {}
-            _ = stop.changed() => return,
-            _ = jumped(&mut jumps) => {}
+        if let Some(event) = queue.pop_front() {
+            spawn_delivery(&inner, event, slot, finished.clone());
         }
     }
+    // Claimed but never started: give them back without counting an attempt.
+    if !queue.is_empty() {
+        let ids = queue.iter().map(|e| e.id).collect();
+        if let Err(e) = inner.store.release(ids, inner.clock.now()).await {
+            tracing::warn!(error = %e, events = queue.len(), "could not release queued events; the next start recovers them");
+        }
+    }
+}
+
+fn spawn_delivery(
+    inner: &Arc<Inner>,
+    event: Event,
+    slot: OwnedSemaphorePermit,
+    finished: mpsc::UnboundedSender<Finished>,
+) {
+    let guard = inner.inflight.enter();
+    let inner = inner.clone();
+    tokio::spawn(async move {
+        let outcome = crate::dispatch::attempt(&inner, event).await;
+        // The slot is free once the handlers are done; the guard stays until the outcome is
+        // written, so shutdown waits for the write.
+        drop(slot);
+        // The completer outlives every sender; if it is gone the runtime is stopping and the
+        // event is recovered on the next start.
+        let _ = finished.send((outcome, guard));
+    });
 }
 
 async fn jumped(jumps: &mut Option<watch::Receiver<i64>>) {

@@ -149,6 +149,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// `processing` (nothing is changed then).
     async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool>;
 
+    /// Writes many outcomes in one atomic step; one flag per outcome, as [`record`](Self::record)
+    /// returns it. The default runs `record` for each.
+    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
+        let mut flags = Vec::with_capacity(outcomes.len());
+        for o in outcomes {
+            flags.push(self.record(o, now).await?);
+        }
+        Ok(flags)
+    }
+
+    /// Gives back claimed events that were never delivered (a worker stopping with events
+    /// still queued): `processing` → `pending`, due now, retry count untouched. Returns how many.
+    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64>;
+
     /// Crash recovery: every `processing` event goes back to `pending`, due now, with
     /// `retry_count + 1` and a note in its errors. Returns how many.
     async fn recover_processing(&self, now: Timestamp) -> Result<u64>;

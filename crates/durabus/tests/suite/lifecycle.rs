@@ -356,3 +356,62 @@ pub async fn concurrent_subscribes_with_one_name_let_exactly_one_through(h: &Har
     assert_eq!(bus.subscriptions().len(), 1);
     bus.shutdown().await.unwrap();
 }
+
+pub async fn events_claimed_but_not_started_are_released_at_shutdown(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .concurrency(1)
+        .claim_batch(10)
+        .shutdown_timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .unwrap();
+    let started = Arc::new(AtomicU32::new(0));
+    let s = started.clone();
+    bus.subscribe(
+        "q.*",
+        move |_e: Event| {
+            let s = s.clone();
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let batch: Vec<_> = (0..5).map(|i| NewEvent::new("q.x", &i).unwrap()).collect();
+    let ids = bus.enqueue_batch(batch).await.unwrap();
+    bus.start().await.unwrap();
+    eventually("the first handler to start", || {
+        let s = started.clone();
+        async move { (s.load(Ordering::SeqCst) == 1).then_some(()) }
+    })
+    .await;
+    bus.shutdown().await.unwrap();
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "one slot: one handler ran"
+    );
+    let store = h.backend.open().await;
+    let mut processing = 0;
+    for id in ids {
+        let e = store.get_event(id).await.unwrap().unwrap();
+        match e.status {
+            EventStatus::Processing => processing += 1,
+            EventStatus::Pending => {
+                assert_eq!(e.retry_count, 0, "a released event was not attempted")
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!(
+        processing, 1,
+        "only the abandoned handler's event stays processing"
+    );
+    store.close().await.unwrap();
+}

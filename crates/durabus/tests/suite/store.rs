@@ -284,3 +284,32 @@ pub async fn stats_count_by_status_type_and_retries(h: &Harness) {
     );
     store.close().await.unwrap();
 }
+
+pub async fn release_returns_claimed_events_without_an_attempt(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    let evs: Vec<_> = (0..3).map(|i| NewEvent::new("r.x", &i).unwrap()).collect();
+    store.insert(evs, InsertMode::Pending, now).await.unwrap();
+    let claimed = store.claim_due(now, 10).await.unwrap();
+    let later = now.plus(Duration::from_secs(1));
+    let ids: Vec<_> = claimed.iter().map(|e| e.id).collect();
+    assert_eq!(store.release(ids[..2].to_vec(), later).await.unwrap(), 2);
+    assert_eq!(
+        store.release(ids[..2].to_vec(), later).await.unwrap(),
+        0,
+        "only processing events"
+    );
+    assert_eq!(store.release(vec![], later).await.unwrap(), 0);
+    for id in &ids[..2] {
+        let e = store.get_event(*id).await.unwrap().unwrap();
+        assert_eq!(
+            (e.status, e.retry_count, e.next_attempt_at),
+            (EventStatus::Pending, 0, Some(later))
+        );
+    }
+    assert_eq!(
+        store.get_event(ids[2]).await.unwrap().unwrap().status,
+        EventStatus::Processing
+    );
+    store.close().await.unwrap();
+}

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use durabus::{BusBuilder, Durability, Event, EventBus, NewEvent, SubscribeOptions};
+use durabus::{
+    BusBuilder, Durability, Event, EventBus, NewEvent, SqliteOptions, SqliteStore, SubscribeOptions,
+};
 use tokio::sync::Notify;
 
 pub struct Bench {
@@ -39,11 +41,30 @@ impl Bench {
         EventBus::builder().sqlite(path).durability(self.durability)
     }
 
+    /// A new database path.
+    pub fn path(&self) -> std::path::PathBuf {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        self.dir.path().join(format!("bench-{n}.db"))
+    }
+
+    /// A new SQLite store, kept at hand for its write statistics, and a builder on it.
+    pub async fn store_and_builder(&self) -> anyhow::Result<(Arc<SqliteStore>, BusBuilder)> {
+        let options = SqliteOptions {
+            durability: self.durability,
+            ..SqliteOptions::default()
+        };
+        let store = Arc::new(SqliteStore::open(self.path(), options).await?);
+        let builder = EventBus::builder()
+            .store(store.clone())
+            .concurrency(slots());
+        Ok((store, builder))
+    }
+
     /// Runs `f` once to warm up, then `runs` times, returning the measurements.
-    pub async fn repeat<F, Fut>(&self, runs: usize, mut f: F) -> anyhow::Result<Vec<f64>>
+    pub async fn repeat<T, F, Fut>(&self, runs: usize, mut f: F) -> anyhow::Result<Vec<T>>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = anyhow::Result<f64>>,
+        Fut: Future<Output = anyhow::Result<T>>,
     {
         f().await?;
         let mut out = Vec::with_capacity(runs);
@@ -143,4 +164,12 @@ pub fn rss_mb() -> f64 {
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Delivery slots of benchmark buses: the bus default unless `DURABUS_BENCH_SLOTS` says.
+pub fn slots() -> usize {
+    std::env::var("DURABUS_BENCH_SLOTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(durabus::BusConfig::default().concurrency)
 }

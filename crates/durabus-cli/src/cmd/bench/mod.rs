@@ -43,6 +43,10 @@ pub struct Args {
     /// Events pushed through the bus for the memory figure.
     #[arg(long, default_value_t = 1_000_000)]
     rss_events: u64,
+    /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, recovery,
+    /// rss); the others are reported as 0. For profiling one path at a time.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 /// Every figure, as printed with `--json`.
@@ -53,6 +57,9 @@ pub struct Report {
     pub publish_concurrent_eps: f64,
     pub publish_batch_eps: f64,
     pub e2e_eps: f64,
+    /// Events delivered per writer transaction in the end-to-end run (inserts, claims and
+    /// outcomes all count as transactions): group commit at work.
+    pub e2e_events_per_commit: f64,
     pub latency_p50_us: f64,
     pub latency_p99_us: f64,
     pub dlq_list_10k_ms: f64,
@@ -80,6 +87,7 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
     let q = args.quick;
     let scale = |full: u64, quick: u64| if q { quick } else { full };
     let runs = args.runs;
+    let want = |group: &str| args.only.is_empty() || args.only.iter().any(|g| g == group);
     let mut r = Report {
         durability: match durability {
             Durability::Normal => "normal",
@@ -95,49 +103,68 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
         ..Report::default()
     };
 
-    b.say("publish, one caller awaiting each commit");
-    r.publish_seq_eps = median(
-        b.repeat(runs, || publish::sequential(&b, scale(20_000, 2_000)))
+    if want("publish") {
+        b.say("publish, one caller awaiting each commit");
+        r.publish_seq_eps = median(
+            b.repeat(runs, || publish::sequential(&b, scale(20_000, 2_000)))
+                .await?,
+        );
+        b.say("publish, concurrent callers");
+        r.publish_concurrent_eps = median(
+            b.repeat(runs, || {
+                publish::concurrent(&b, scale(200_000, 20_000), args.concurrency)
+            })
             .await?,
-    );
-    b.say("publish, concurrent callers");
-    r.publish_concurrent_eps = median(
-        b.repeat(runs, || {
-            publish::concurrent(&b, scale(200_000, 20_000), args.concurrency)
-        })
-        .await?,
-    );
-    b.say("publish, batches of 1,000");
-    r.publish_batch_eps = median(
-        b.repeat(runs, || publish::batch(&b, scale(500_000, 50_000)))
-            .await?,
-    );
-    b.say("end to end, no-op handler");
-    r.e2e_eps = median(
-        b.repeat(runs, || pipeline::end_to_end(&b, r.events))
-            .await?,
-    );
-    b.say("latency, publish to handler start");
-    let (p50, p99) = pipeline::latency(&b, if q { 300 } else { 2_000 }).await?;
-    r.latency_p50_us = p50;
-    r.latency_p99_us = p99;
-    b.say("dead-letter listing, 10k dead events");
-    r.dlq_list_10k_ms = dlq::first_page(&b, 10_000, runs.max(5)).await?;
-    if !q {
-        b.say("dead-letter listing, 1M dead events");
-        r.dlq_list_1m_ms = Some(dlq::first_page(&b, 1_000_000, runs.max(5)).await?);
+        );
+        b.say("publish, batches of 1,000");
+        r.publish_batch_eps = median(
+            b.repeat(runs, || publish::batch(&b, scale(500_000, 50_000)))
+                .await?,
+        );
     }
-    b.say("startup recovery, 100 stuck events");
-    r.recovery_100_ms = median(b.repeat(runs, || pipeline::recovery(&b, 100)).await?);
-    b.say("startup recovery, 100k stuck events");
-    r.recovery_100k_ms = median(
-        b.repeat(runs, || pipeline::recovery(&b, scale(100_000, 10_000)))
-            .await?,
-    );
-    b.say("memory while events flow through the bus");
-    let (start, end) = pipeline::rss(&b, if q { 50_000 } else { args.rss_events }).await?;
-    r.rss_start_mb = start;
-    r.rss_end_mb = end;
+    if want("e2e") {
+        b.say("end to end, no-op handler");
+        let mut per_commit = Vec::new();
+        let mut eps = Vec::new();
+        for (e, p) in b
+            .repeat(runs, || pipeline::end_to_end(&b, r.events))
+            .await?
+        {
+            eps.push(e);
+            per_commit.push(p);
+        }
+        r.e2e_eps = median(eps);
+        r.e2e_events_per_commit = median(per_commit);
+    }
+    if want("latency") {
+        b.say("latency, publish to handler start");
+        let (p50, p99) = pipeline::latency(&b, if q { 300 } else { 2_000 }).await?;
+        r.latency_p50_us = p50;
+        r.latency_p99_us = p99;
+    }
+    if want("dlq") {
+        b.say("dead-letter listing, 10k dead events");
+        r.dlq_list_10k_ms = dlq::first_page(&b, 10_000, runs.max(5)).await?;
+        if !q {
+            b.say("dead-letter listing, 1M dead events");
+            r.dlq_list_1m_ms = Some(dlq::first_page(&b, 1_000_000, runs.max(5)).await?);
+        }
+    }
+    if want("recovery") {
+        b.say("startup recovery, 100 stuck events");
+        r.recovery_100_ms = median(b.repeat(runs, || pipeline::recovery(&b, 100)).await?);
+        b.say("startup recovery, 100k stuck events");
+        r.recovery_100k_ms = median(
+            b.repeat(runs, || pipeline::recovery(&b, scale(100_000, 10_000)))
+                .await?,
+        );
+    }
+    if want("rss") {
+        b.say("memory while events flow through the bus");
+        let (start, end) = pipeline::rss(&b, if q { 50_000 } else { args.rss_events }).await?;
+        r.rss_start_mb = start;
+        r.rss_end_mb = end;
+    }
     r.seconds = started.elapsed().as_secs_f64();
 
     if json {

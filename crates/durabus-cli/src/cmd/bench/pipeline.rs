@@ -11,8 +11,9 @@ use super::harness::{Bench, Counter, event, percentile, rss_mb};
 const LIMIT: Duration = Duration::from_secs(300);
 
 /// Events per second from the first publish until a no-op handler has seen all `n`.
-pub async fn end_to_end(b: &Bench, n: u64) -> anyhow::Result<f64> {
-    let bus = b.builder().build().await?;
+pub async fn end_to_end(b: &Bench, n: u64) -> anyhow::Result<(f64, f64)> {
+    let (store, builder) = b.store_and_builder().await?;
+    let bus = builder.build().await?;
     let counter = Arc::new(Counter::default());
     counter.subscribe(&bus).await?;
     bus.start().await?;
@@ -27,7 +28,8 @@ pub async fn end_to_end(b: &Bench, n: u64) -> anyhow::Result<f64> {
     counter.wait_for(n, LIMIT).await?;
     let eps = n as f64 / start.elapsed().as_secs_f64();
     bus.shutdown().await?;
-    Ok(eps)
+    let (transactions, _) = store.write_stats();
+    Ok((eps, n as f64 / transactions.max(1) as f64))
 }
 
 /// Publish → handler start, one event at a time on an idle bus: (p50, p99) in µs.
@@ -65,7 +67,8 @@ pub async fn latency(b: &Bench, samples: usize) -> anyhow::Result<(f64, f64)> {
 
 /// `start()` with `n` events stuck in `processing` until all are handled, in ms.
 pub async fn recovery(b: &Bench, n: u64) -> anyhow::Result<f64> {
-    let bus = b.builder().build().await?;
+    let (sqlite, builder) = b.store_and_builder().await?;
+    let bus = builder.build().await?;
     let store = bus.store();
     let mut i = 0;
     while i < n {
@@ -78,11 +81,23 @@ pub async fn recovery(b: &Bench, n: u64) -> anyhow::Result<f64> {
     }
     let counter = Arc::new(Counter::default());
     counter.subscribe(&bus).await?;
+    let before = sqlite.write_stats();
     let start = Instant::now();
     let recovered = bus.start().await?;
+    if std::env::var("DURABUS_BENCH_DEBUG").is_ok() {
+        eprintln!("recovery: start() returned after {:?}", start.elapsed());
+    }
     anyhow::ensure!(recovered == n, "recovered {recovered} of {n}");
     counter.wait_for(n, LIMIT).await?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
+    if std::env::var("DURABUS_BENCH_DEBUG").is_ok() {
+        let after = sqlite.write_stats();
+        eprintln!(
+            "recovery: {} transactions, {} requests",
+            after.0 - before.0,
+            after.1 - before.1
+        );
+    }
     bus.shutdown().await?;
     Ok(ms)
 }

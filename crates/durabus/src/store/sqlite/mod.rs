@@ -1,6 +1,7 @@
 //! The SQLite store: a file database in WAL mode, one writer thread with group commit, and a
 //! small pool of read connections. No call blocks the async runtime.
 
+mod checkpoint;
 mod rows;
 mod schema;
 pub(crate) mod writer;
@@ -177,8 +178,10 @@ impl SqliteStore {
             Durability::Normal => "NORMAL",
             Durability::Full => "FULL",
         };
+        // Checkpoints run on their own thread (checkpoint.rs), not inside the writer's commits.
         conn.execute_batch(&format!(
-            "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;"
+            "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;
+             PRAGMA wal_autocheckpoint = 0;"
         ))?;
         retry_busy(options.lock_timeout, || {
             conn.execute_batch("BEGIN IMMEDIATE")
@@ -201,6 +204,13 @@ impl SqliteStore {
         let synchronous: u8 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
         stats.synchronous.store(synchronous, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
+        let (checkpoint_tx, checkpoint_rx) = mpsc::channel();
+        let cp_path = path.clone();
+        let busy = options.busy_timeout;
+        std::thread::Builder::new()
+            .name("durabus-sqlite-checkpoint".into())
+            .spawn(move || checkpoint::run(cp_path, busy, checkpoint_rx))
+            .map_err(|e| Error::Database(format!("cannot start the checkpoint thread: {e}")))?;
         let wake = Arc::new(Notify::new());
         let writer = Writer {
             conn,
@@ -208,6 +218,7 @@ impl SqliteStore {
             lock_timeout: options.lock_timeout,
             wake: wake.clone(),
             stats: stats.clone(),
+            checkpoint: checkpoint_tx,
         };
         std::thread::Builder::new()
             .name("durabus-sqlite-writer".into())
@@ -293,18 +304,20 @@ impl SqliteStore {
 }
 
 /// The listing query for the filters given: newest first, served by the `(status, created_at,
-/// id)` or `(type, created_at, id)` index without a sort. Parameters: the filters' values in that
-/// order, then limit and offset.
+/// id)` or `(type, created_at, id)` index without a sort. Parameters: the type if filtered, then
+/// limit and offset. The status is written into the SQL (it is one of four words) and limit and
+/// offset are `? + 0`: bound values that the planner looks at make SQLite recompile the statement
+/// on every run.
 #[doc(hidden)]
-pub fn list_sql(by_status: bool, by_type: bool) -> String {
-    let filter = match (by_status, by_type) {
-        (true, true) => "WHERE status = ? AND type = ?",
-        (true, false) => "WHERE status = ?",
-        (false, true) => "WHERE type = ?",
-        (false, false) => "",
+pub fn list_sql(status: Option<EventStatus>, by_type: bool) -> String {
+    let filter = match (status, by_type) {
+        (Some(s), true) => format!("WHERE status = '{}' AND type = ?", s.as_str()),
+        (Some(s), false) => format!("WHERE status = '{}'", s.as_str()),
+        (None, true) => "WHERE type = ?".to_owned(),
+        (None, false) => String::new(),
     };
     format!(
-        "SELECT {EVENT_COLUMNS} FROM events {filter} ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+        "SELECT {EVENT_COLUMNS} FROM events {filter} ORDER BY created_at DESC, id DESC LIMIT ? + 0 OFFSET ? + 0"
     )
 }
 
@@ -354,6 +367,23 @@ impl Store for SqliteStore {
     async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool> {
         match self.write(Op::Record(outcome), now).await? {
             Reply::Flag(f) => Ok(f),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
+        match self.write(Op::RecordMany(outcomes), now).await? {
+            Reply::Flags(f) => Ok(f),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        match self.write(Op::Release(ids), now).await? {
+            Reply::Count(n) => Ok(n),
             r => Err(unexpected(r)),
         }
     }
@@ -412,16 +442,13 @@ impl Store for SqliteStore {
 
     async fn list_events(&self, q: EventQuery) -> Result<Vec<Event>> {
         self.read(move |c| {
-            let sql = list_sql(q.status.is_some(), q.event_type.is_some());
-            let status = q.status.map(EventStatus::as_str);
+            let sql = list_sql(q.status, q.event_type.is_some());
             let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
             let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
             let mut stmt = c.prepare_cached(&sql)?;
-            let rows = match (status, q.event_type) {
-                (Some(s), Some(t)) => stmt.query_map(params![s, t, limit, offset], event_from_row),
-                (Some(s), None) => stmt.query_map(params![s, limit, offset], event_from_row),
-                (None, Some(t)) => stmt.query_map(params![t, limit, offset], event_from_row),
-                (None, None) => stmt.query_map(params![limit, offset], event_from_row),
+            let rows = match q.event_type {
+                Some(t) => stmt.query_map(params![t, limit, offset], event_from_row),
+                None => stmt.query_map(params![limit, offset], event_from_row),
             }?;
             rows.collect()
         })

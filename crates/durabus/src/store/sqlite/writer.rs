@@ -1,9 +1,9 @@
 //! The one writer thread. It owns the write connection and commits every request waiting in its
 //! channel in one transaction (group commit), so many concurrent publishers share one fsync.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, params};
@@ -15,11 +15,22 @@ use crate::error::{Error, Result};
 use crate::event::{Event, EventId, NewEvent};
 use crate::store::{InsertMode, Outcome, SubscriptionRow};
 
-/// The due events a claim takes. `INDEXED BY` pins the partial index on due events: on a table
-/// where most rows are pending the planner would otherwise pick the status index and scan past
-/// claimed rows.
-pub const DUE_QUERY: &str = "SELECT id FROM events INDEXED BY events_due
-     WHERE status = 'pending' AND next_attempt_at <= ?1 ORDER BY next_attempt_at LIMIT ?2";
+macro_rules! due_filter {
+    () => {
+        "FROM events INDEXED BY events_due
+         WHERE status = 'pending' AND next_attempt_at <= ?1 ORDER BY next_attempt_at LIMIT ?2 + 0"
+    };
+}
+/// The due events a claim takes (`?1` now, `?2` how many). `INDEXED BY` pins the partial index
+/// on due events: on a table where most rows are pending the planner would otherwise pick the
+/// status index and scan past claimed rows. `LIMIT ?2 + 0` rather than `LIMIT ?2`: SQLite
+/// recompiles a statement on every run when the planner has looked at a bound LIMIT, which cost
+/// more than the claim itself.
+pub const DUE_QUERY: &str = concat!("SELECT id ", due_filter!());
+
+/// The claim's SELECT: [`DUE_QUERY`] with every column.
+static CLAIM_SELECT: LazyLock<String> =
+    LazyLock::new(|| format!("SELECT {EVENT_COLUMNS} {}", due_filter!()));
 
 /// Most requests committed in one transaction.
 const MAX_GROUP: usize = 512;
@@ -30,6 +41,8 @@ pub(super) enum Op {
     Insert(Vec<NewEvent>, InsertMode),
     Claim(usize),
     Record(Outcome),
+    RecordMany(Vec<Outcome>),
+    Release(Vec<EventId>),
     Recover,
     SaveSubscription(SubscriptionRow),
     DeleteSubscription(String),
@@ -44,6 +57,7 @@ pub(super) enum Reply {
     Events(Vec<Event>),
     Count(u64),
     Flag(bool),
+    Flags(Vec<bool>),
 }
 
 /// A request on the channel.
@@ -62,6 +76,7 @@ pub(super) struct Writer {
     pub lock_timeout: Duration,
     pub wake: Arc<Notify>,
     pub stats: Arc<super::WriteStats>,
+    pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Signal>,
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -120,7 +135,10 @@ impl Writer {
                 let _ = reply.send(Err(Error::StoreClosed));
             }
         }
+        let _ = self.checkpoint.send(super::checkpoint::Signal::Stop);
         let _ = self.conn.execute_batch("PRAGMA optimize");
+        // The last connection to close checkpoints the whole WAL back into the database.
+        let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
         drop(self.conn);
         if let Some(done) = close {
             let _ = done.send(());
@@ -128,73 +146,94 @@ impl Writer {
     }
 
     fn commit_group(&self, batch: Vec<(Op, Timestamp, oneshot::Sender<Result<Reply>>)>) {
-        if let Err(e) = retry_busy(self.lock_timeout, || {
-            self.conn.execute_batch("BEGIN IMMEDIATE")
-        }) {
-            for (_, _, reply) in batch {
-                let _ = reply.send(Err(clone_err(&e)));
-            }
-            return;
-        }
-        let single = batch.len() == 1;
-        let mut results = Vec::with_capacity(batch.len());
-        let mut wake = false;
-        for (op, now, reply) in batch {
-            wake |= matches!(
+        let wake = batch.iter().any(|(op, _, _)| {
+            matches!(
                 op,
                 Op::Insert(_, InsertMode::Pending)
                     | Op::Record(Outcome::Retry { .. })
                     | Op::Recover
+                    | Op::Release(_)
                     | Op::DlqRetry(_)
-            );
-            // Each request in its own savepoint: one failing request does not undo the others.
-            let res = if single {
-                apply(&self.conn, op, now)
-            } else {
-                self.conn
-                    .execute_batch("SAVEPOINT req")
-                    .map_err(Error::from)
-                    .and_then(|()| match apply(&self.conn, op, now) {
-                        Ok(r) => self
-                            .conn
-                            .execute_batch("RELEASE req")
-                            .map(|()| r)
-                            .map_err(Error::from),
-                        Err(e) => {
-                            let _ = self.conn.execute_batch("ROLLBACK TO req; RELEASE req");
-                            Err(e)
-                        }
-                    })
-            };
-            results.push((res, reply));
-        }
-        if single && results.first().is_some_and(|(r, _)| r.is_err()) {
-            // Alone in its transaction: undo whatever part of it ran.
-            let _ = self.conn.execute_batch("ROLLBACK");
-            for (res, reply) in results {
-                let _ = reply.send(res);
+            ) || matches!(op, Op::RecordMany(o) if o.iter().any(|o| matches!(o, Outcome::Retry { .. })))
+        });
+        // Optimistic: the whole group in one transaction. If any request fails, the group is
+        // rolled back and each request runs alone, so one bad request fails only itself.
+        let ops: Vec<(&Op, Timestamp)> = batch.iter().map(|(op, now, _)| (op, *now)).collect();
+        let results = match self.transaction(&ops) {
+            Ok(results) => results,
+            Err(GroupError::Request) => ops.iter().map(|op| self.alone(*op)).collect(),
+            Err(GroupError::Transaction(e)) => ops.iter().map(|_| Err(clone_err(&e))).collect(),
+        };
+        let committed = results.iter().filter(|r| r.is_ok()).count() as u64;
+        if committed > 0 {
+            let _ = self.checkpoint.send(super::checkpoint::Signal::Committed);
+            self.stats.transactions.fetch_add(1, Ordering::Relaxed);
+            self.stats.requests.fetch_add(committed, Ordering::Relaxed);
+            if wake {
+                self.wake.notify_one();
             }
-            return;
         }
-        let committed = retry_busy(self.lock_timeout, || self.conn.execute_batch("COMMIT"));
-        if let Err(e) = committed {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            for (_, reply) in results {
-                let _ = reply.send(Err(clone_err(&e)));
-            }
-            return;
-        }
-        self.stats.transactions.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .requests
-            .fetch_add(results.len() as u64, Ordering::Relaxed);
-        if wake {
-            self.wake.notify_one();
-        }
-        for (res, reply) in results {
+        for ((_, _, reply), res) in batch.into_iter().zip(results) {
             let _ = reply.send(res);
         }
     }
+
+    /// One request in its own transaction.
+    fn alone(&self, op: (&Op, Timestamp)) -> Result<Reply> {
+        match self.transaction(&[op]) {
+            Ok(mut r) => r.pop().unwrap_or(Err(Error::Database("no reply".into()))),
+            Err(GroupError::Request) => {
+                // Run it again to report its own error (the transaction was rolled back).
+                let _ = retry_busy(self.lock_timeout, || {
+                    self.conn.execute_batch("BEGIN IMMEDIATE")
+                });
+                let res = apply(&self.conn, op.0, op.1);
+                let _ = self.conn.execute_batch("ROLLBACK");
+                match res {
+                    Ok(_) => Err(Error::Database(
+                        "request failed, then succeeded on a rerun that was rolled back; retry it"
+                            .into(),
+                    )),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(GroupError::Transaction(e)) => Err(e),
+        }
+    }
+
+    /// Runs `ops` in one transaction: every reply, or why it was rolled back.
+    fn transaction(
+        &self,
+        ops: &[(&Op, Timestamp)],
+    ) -> std::result::Result<Vec<Result<Reply>>, GroupError> {
+        retry_busy(self.lock_timeout, || {
+            self.conn.execute_batch("BEGIN IMMEDIATE")
+        })
+        .map_err(GroupError::Transaction)?;
+        let mut results = Vec::with_capacity(ops.len());
+        for (op, now) in ops {
+            match apply(&self.conn, op, *now) {
+                Ok(r) => results.push(Ok(r)),
+                Err(_) => {
+                    let _ = self.conn.execute_batch("ROLLBACK");
+                    return Err(GroupError::Request);
+                }
+            }
+        }
+        if let Err(e) = retry_busy(self.lock_timeout, || self.conn.execute_batch("COMMIT")) {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(GroupError::Transaction(e));
+        }
+        Ok(results)
+    }
+}
+
+/// Why a group transaction did not commit.
+enum GroupError {
+    /// A request failed: the caller reruns the requests one by one.
+    Request,
+    /// Beginning or committing failed: every request fails with this.
+    Transaction(Error),
 }
 
 fn push(
@@ -215,7 +254,57 @@ fn clone_err(e: &Error) -> Error {
     }
 }
 
-fn apply(conn: &Connection, op: Op, now: Timestamp) -> Result<Reply> {
+fn record_one(conn: &Connection, outcome: &Outcome, now_ms: i64) -> Result<bool> {
+    let n = match outcome {
+        Outcome::Done { id, delivered } => conn
+            .prepare_cached(
+                "UPDATE events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
+                 WHERE id = ?1 AND status = 'processing'",
+            )?
+            .execute(params![id.to_string(), json_list(delivered), now_ms])?,
+        Outcome::Retry {
+            id,
+            retry_count,
+            errors,
+            delivered,
+            next_attempt_at,
+        } => conn
+            .prepare_cached(
+                "UPDATE events SET status = 'pending', retry_count = ?2, last_error = ?3, delivered = ?4,
+                     updated_at = ?5, next_attempt_at = ?6
+                 WHERE id = ?1 AND status = 'processing'",
+            )?
+            .execute(params![
+                id.to_string(),
+                retry_count,
+                json_list(errors),
+                json_list(delivered),
+                now_ms,
+                next_attempt_at.as_millis()
+            ])?,
+        Outcome::Dead {
+            id,
+            retry_count,
+            errors,
+            delivered,
+        } => conn
+            .prepare_cached(
+                "UPDATE events SET status = 'dlq', retry_count = ?2, last_error = ?3, delivered = ?4,
+                     updated_at = ?5, dlq_at = ?5, next_attempt_at = NULL
+                 WHERE id = ?1 AND status = 'processing'",
+            )?
+            .execute(params![
+                id.to_string(),
+                retry_count,
+                json_list(errors),
+                json_list(delivered),
+                now_ms
+            ])?,
+    };
+    Ok(n == 1)
+}
+
+fn apply(conn: &Connection, op: &Op, now: Timestamp) -> Result<Reply> {
     let now_ms = now.as_millis();
     Ok(match op {
         Op::Insert(events, mode) => {
@@ -246,54 +335,42 @@ fn apply(conn: &Connection, op: Op, now: Timestamp) -> Result<Reply> {
             Reply::Unit
         }
         Op::Claim(limit) => {
-            let mut stmt = conn.prepare_cached(&format!(
-                "UPDATE events SET status = 'processing', updated_at = ?1
-                 WHERE id IN ({DUE_QUERY})
-                 RETURNING {EVENT_COLUMNS}"
-            ))?;
-            let mut events = stmt
-                .query_map(params![now_ms, i64::try_from(limit).unwrap_or(i64::MAX)], event_from_row)?
+            // A plain indexed SELECT, then an UPDATE per row by key, in the same write
+            // transaction (so atomic).
+            let mut select = conn.prepare_cached(&CLAIM_SELECT)?;
+            let mut events = select
+                .query_map(
+                    params![now_ms, i64::try_from(*limit).unwrap_or(i64::MAX)],
+                    event_from_row,
+                )?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            events.sort_by_key(|e| (e.next_attempt_at, e.id));
+            let mut update = conn.prepare_cached(
+                "UPDATE events SET status = 'processing', updated_at = ?2 WHERE id = ?1",
+            )?;
+            for e in &mut events {
+                update.execute(params![e.id.to_string(), now_ms])?;
+                e.status = crate::event::EventStatus::Processing;
+                e.updated_at = now;
+            }
             Reply::Events(events)
         }
-        Op::Record(outcome) => {
-            let n = match outcome {
-                Outcome::Done { id, delivered } => conn
-                    .prepare_cached(
-                        "UPDATE events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
-                         WHERE id = ?1 AND status = 'processing'",
-                    )?
-                    .execute(params![id.to_string(), json_list(&delivered), now_ms])?,
-                Outcome::Retry { id, retry_count, errors, delivered, next_attempt_at } => conn
-                    .prepare_cached(
-                        "UPDATE events SET status = 'pending', retry_count = ?2, last_error = ?3, delivered = ?4,
-                             updated_at = ?5, next_attempt_at = ?6
-                         WHERE id = ?1 AND status = 'processing'",
-                    )?
-                    .execute(params![
-                        id.to_string(),
-                        retry_count,
-                        json_list(&errors),
-                        json_list(&delivered),
-                        now_ms,
-                        next_attempt_at.as_millis()
-                    ])?,
-                Outcome::Dead { id, retry_count, errors, delivered } => conn
-                    .prepare_cached(
-                        "UPDATE events SET status = 'dlq', retry_count = ?2, last_error = ?3, delivered = ?4,
-                             updated_at = ?5, dlq_at = ?5, next_attempt_at = NULL
-                         WHERE id = ?1 AND status = 'processing'",
-                    )?
-                    .execute(params![
-                        id.to_string(),
-                        retry_count,
-                        json_list(&errors),
-                        json_list(&delivered),
-                        now_ms
-                    ])?,
-            };
-            Reply::Flag(n == 1)
+        Op::Record(outcome) => Reply::Flag(record_one(conn, outcome, now_ms)?),
+        Op::RecordMany(outcomes) => Reply::Flags(
+            outcomes
+                .iter()
+                .map(|o| record_one(conn, o, now_ms))
+                .collect::<Result<_>>()?,
+        ),
+        Op::Release(ids) => {
+            let mut stmt = conn.prepare_cached(
+                "UPDATE events SET status = 'pending', updated_at = ?2, next_attempt_at = ?2
+                 WHERE id = ?1 AND status = 'processing'",
+            )?;
+            let mut n = 0u64;
+            for id in ids {
+                n += stmt.execute(params![id.to_string(), now_ms])? as u64;
+            }
+            Reply::Count(n)
         }
         Op::Recover => {
             let n = conn.execute(
