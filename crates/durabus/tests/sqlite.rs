@@ -405,7 +405,7 @@ async fn opening_without_create_leaves_foreign_databases_alone() {
 }
 
 #[test]
-fn the_dlq_listing_is_served_by_an_index_without_sorting() {
+fn listings_are_served_without_sorting() {
     let (_dir, path) = temp();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -418,8 +418,10 @@ fn the_dlq_listing_is_served_by_an_index_without_sorting() {
     });
     let conn = Connection::open(&path).unwrap();
     for (status, by_type, index, params) in [
-        (Some(EventStatus::Dlq), false, "events_status", vec![]),
-        (None, true, "events_type", vec!["a.b"]),
+        (Some(EventStatus::Dlq), false, "events_dlq", vec![]),
+        // Other listings walk the table backwards in insertion order: no index, no sort.
+        (None, true, "SCAN events", vec!["a.b"]),
+        (Some(EventStatus::Done), false, "SCAN events", vec![]),
     ] {
         let sql = durabus::store::sqlite::list_sql(status, by_type);
         let mut all: Vec<rusqlite::types::Value> = params

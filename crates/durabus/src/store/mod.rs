@@ -179,7 +179,8 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// One event by id.
     async fn get_event(&self, id: EventId) -> Result<Option<Event>>;
 
-    /// Events matching `query`, newest first.
+    /// Events matching `query`, newest first: dead letters by `created_at`, other listings in
+    /// insertion order.
     async fn list_events(&self, query: EventQuery) -> Result<Vec<Event>>;
 
     /// Event counts per type and status.

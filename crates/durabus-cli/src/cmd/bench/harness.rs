@@ -67,11 +67,23 @@ impl Bench {
         Fut: Future<Output = anyhow::Result<T>>,
     {
         f().await?;
+        self.cleanup();
         let mut out = Vec::with_capacity(runs);
         for _ in 0..runs {
             out.push(f().await?);
+            self.cleanup();
         }
         Ok(out)
+    }
+
+    /// Deletes the databases of finished measurements, so the kernel writing back their pages
+    /// does not slow the next one down.
+    pub fn cleanup(&self) {
+        if let Ok(entries) = std::fs::read_dir(self.dir.path()) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Args {
 pub struct Report {
     pub durability: &'static str,
     pub publish_seq_eps: f64,
+    /// Plain rusqlite, one row per commit, same disk and durability: the ceiling of
+    /// `publish_seq_eps`, measured in the same run.
+    pub raw_sqlite_commit_eps: f64,
     pub publish_concurrent_eps: f64,
     pub publish_batch_eps: f64,
     pub e2e_eps: f64,
@@ -104,6 +107,12 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
     };
 
     if want("publish") {
+        b.say("raw SQLite commits (the disk's limit for one caller)");
+        let n = scale(20_000, 2_000);
+        r.raw_sqlite_commit_eps = median(
+            b.repeat(runs, || async { publish::raw_commits(&b, n) })
+                .await?,
+        );
         b.say("publish, one caller awaiting each commit");
         r.publish_seq_eps = median(
             b.repeat(runs, || publish::sequential(&b, scale(20_000, 2_000)))
@@ -141,13 +150,16 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
         let (p50, p99) = pipeline::latency(&b, if q { 300 } else { 2_000 }).await?;
         r.latency_p50_us = p50;
         r.latency_p99_us = p99;
+        b.cleanup();
     }
     if want("dlq") {
         b.say("dead-letter listing, 10k dead events");
         r.dlq_list_10k_ms = dlq::first_page(&b, 10_000, runs.max(5)).await?;
+        b.cleanup();
         if !q {
             b.say("dead-letter listing, 1M dead events");
             r.dlq_list_1m_ms = Some(dlq::first_page(&b, 1_000_000, runs.max(5)).await?);
+            b.cleanup();
         }
     }
     if want("recovery") {

@@ -55,3 +55,31 @@ pub async fn batch(b: &Bench, n: u64) -> anyhow::Result<f64> {
     bus.shutdown().await?;
     Ok(eps)
 }
+
+/// The disk's own limit for the sequential figure: plain rusqlite, one row per committed
+/// transaction, WAL, the same durability, on a naive table. No bus, no threads, no channels.
+pub fn raw_commits(b: &Bench, n: u64) -> anyhow::Result<f64> {
+    let conn = rusqlite::Connection::open(b.path())?;
+    let sync = match b.durability {
+        durabus::Durability::Full => "FULL",
+        _ => "NORMAL",
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {sync};
+         CREATE TABLE t (id TEXT PRIMARY KEY, status TEXT NOT NULL, payload TEXT NOT NULL);
+         CREATE INDEX t_status ON t(status);"
+    ))?;
+    let payload = event(0)?.payload;
+    let start = Instant::now();
+    for i in 0..n {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        conn.prepare_cached("INSERT INTO t (id, status, payload) VALUES (?1, 'pending', ?2)")?
+            .execute(rusqlite::params![
+                durabus::EventId::new().to_string(),
+                payload
+            ])?;
+        conn.execute_batch("COMMIT")?;
+        let _ = i;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}

@@ -207,9 +207,11 @@ impl SqliteStore {
         let (checkpoint_tx, checkpoint_rx) = mpsc::channel();
         let cp_path = path.clone();
         let busy = options.busy_timeout;
+        let committed = Arc::new(AtomicBool::new(false));
+        let flag = committed.clone();
         std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(cp_path, busy, checkpoint_rx))
+            .spawn(move || checkpoint::run(cp_path, busy, flag, checkpoint_rx))
             .map_err(|e| Error::Database(format!("cannot start the checkpoint thread: {e}")))?;
         let wake = Arc::new(Notify::new());
         let writer = Writer {
@@ -219,6 +221,7 @@ impl SqliteStore {
             wake: wake.clone(),
             stats: stats.clone(),
             checkpoint: checkpoint_tx,
+            committed,
         };
         std::thread::Builder::new()
             .name("durabus-sqlite-writer".into())
@@ -303,22 +306,31 @@ impl SqliteStore {
     }
 }
 
-/// The listing query for the filters given: newest first, served by the `(status, created_at,
-/// id)` or `(type, created_at, id)` index without a sort. Parameters: the type if filtered, then
-/// limit and offset. The status is written into the SQL (it is one of four words) and limit and
-/// offset are `? + 0`: bound values that the planner looks at make SQLite recompile the statement
-/// on every run.
+/// The listing query for the filters given, newest first. Dead letters come from their partial
+/// index ordered by `created_at`; other listings walk the table backwards in insertion order
+/// (newest first) without a sort. Parameters: the type if filtered, then limit and offset. The
+/// status is written into the SQL (it is one of four words) and limit and offset are `? + 0`:
+/// bound values that the planner looks at make SQLite recompile the statement on every run.
 #[doc(hidden)]
 pub fn list_sql(status: Option<EventStatus>, by_type: bool) -> String {
-    let filter = match (status, by_type) {
-        (Some(s), true) => format!("WHERE status = '{}' AND type = ?", s.as_str()),
-        (Some(s), false) => format!("WHERE status = '{}'", s.as_str()),
-        (None, true) => "WHERE type = ?".to_owned(),
-        (None, false) => String::new(),
+    let mut terms = Vec::new();
+    if let Some(s) = status {
+        terms.push(format!("status = '{}'", s.as_str()));
+    }
+    if by_type {
+        terms.push("type = ?".to_owned());
+    }
+    let filter = if terms.is_empty() {
+        String::new()
+    } else {
+        format!("WHERE {}", terms.join(" AND "))
     };
-    format!(
-        "SELECT {EVENT_COLUMNS} FROM events {filter} ORDER BY created_at DESC, id DESC LIMIT ? + 0 OFFSET ? + 0"
-    )
+    let order = if status == Some(EventStatus::Dlq) {
+        "created_at DESC, id DESC"
+    } else {
+        "rowid DESC"
+    };
+    format!("SELECT {EVENT_COLUMNS} FROM events {filter} ORDER BY {order} LIMIT ? + 0 OFFSET ? + 0")
 }
 
 fn parse_status(col: usize, s: &str) -> rusqlite::Result<EventStatus> {

@@ -76,7 +76,8 @@ pub(super) struct Writer {
     pub lock_timeout: Duration,
     pub wake: Arc<Notify>,
     pub stats: Arc<super::WriteStats>,
-    pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Signal>,
+    pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Stop>,
+    pub committed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -135,7 +136,7 @@ impl Writer {
                 let _ = reply.send(Err(Error::StoreClosed));
             }
         }
-        let _ = self.checkpoint.send(super::checkpoint::Signal::Stop);
+        let _ = self.checkpoint.send(super::checkpoint::Stop);
         let _ = self.conn.execute_batch("PRAGMA optimize");
         // The last connection to close checkpoints the whole WAL back into the database.
         let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
@@ -166,7 +167,7 @@ impl Writer {
         };
         let committed = results.iter().filter(|r| r.is_ok()).count() as u64;
         if committed > 0 {
-            let _ = self.checkpoint.send(super::checkpoint::Signal::Committed);
+            self.committed.store(true, Ordering::Release);
             self.stats.transactions.fetch_add(1, Ordering::Relaxed);
             self.stats.requests.fetch_add(committed, Ordering::Relaxed);
             if wake {
