@@ -73,10 +73,12 @@ async fn run_handler(sub: &Entry, event: Event) -> Result<(), String> {
 /// subscription order, stopping at the first failure, then records the outcome.
 pub(crate) async fn deliver(inner: &Arc<Inner>, event: Event) {
     let outcome = attempt(inner, event).await;
-    record(inner, outcome).await;
+    record_batch(inner, vec![outcome]).await;
 }
 
-/// Writes a batch of outcomes (the worker's completer), retrying like [`record`].
+/// Writes outcomes in one store call, retrying with back-off while the store fails (a lock held
+/// too long, say): giving up would leave the events `processing` until the next start. Stops
+/// when the store is closed; the next start then recovers the events.
 pub(crate) async fn record_batch(inner: &Arc<Inner>, outcomes: Vec<Outcome>) {
     let mut pause = Duration::from_millis(10);
     loop {
@@ -102,32 +104,6 @@ pub(crate) async fn record_batch(inner: &Arc<Inner>, outcomes: Vec<Outcome>) {
             }
             Err(e) => {
                 tracing::error!(error = %e, ?pause, "recording outcomes failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
-
-/// Writes an outcome, retrying with back-off while the store fails (a lock held too long, say):
-/// giving up would leave the event `processing` until the next start. Stops when the store is
-/// closed; the next start then recovers the event.
-async fn record(inner: &Arc<Inner>, outcome: Outcome) {
-    let id = outcome.id();
-    let mut pause = Duration::from_millis(10);
-    loop {
-        match inner.store.record(outcome.clone(), inner.clock.now()).await {
-            Ok(true) => return,
-            Ok(false) => {
-                tracing::warn!(event_id = %id, "outcome not recorded: the event is no longer processing");
-                return;
-            }
-            Err(crate::Error::StoreClosed) => {
-                tracing::warn!(event_id = %id, "store closed before the outcome was recorded; the next start recovers the event");
-                return;
-            }
-            Err(e) => {
-                tracing::error!(event_id = %id, error = %e, ?pause, "recording the outcome failed; retrying");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(1));
             }

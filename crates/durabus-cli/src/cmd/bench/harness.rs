@@ -119,6 +119,13 @@ pub fn event(i: u64) -> anyhow::Result<NewEvent> {
     )?)
 }
 
+/// Events `from..to` in batches of 1,000.
+pub fn batches(from: u64, to: u64) -> impl Iterator<Item = anyhow::Result<Vec<NewEvent>>> {
+    (from..to)
+        .step_by(1000)
+        .map(move |start| (start..(start + 1000).min(to)).map(event).collect())
+}
+
 /// Counts deliveries; wakes a waiter when a target is reached.
 #[derive(Default)]
 pub struct Counter {

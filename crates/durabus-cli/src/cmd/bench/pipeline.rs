@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use durabus::{Event, InsertMode, SubscribeOptions};
 use tokio::sync::mpsc;
 
-use super::harness::{Bench, Counter, event, percentile, rss_mb};
+use super::harness::{Bench, Counter, batches, event, percentile, rss_mb};
 
 const LIMIT: Duration = Duration::from_secs(300);
 
@@ -18,13 +18,7 @@ pub async fn end_to_end(b: &Bench, n: u64) -> anyhow::Result<(f64, f64)> {
     counter.subscribe(&bus).await?;
     bus.start().await?;
     let start = Instant::now();
-    let mut i = 0;
-    while i < n {
-        let k = (n - i).min(1000);
-        let events = (i..i + k).map(event).collect::<anyhow::Result<Vec<_>>>()?;
-        bus.enqueue_batch(events).await?;
-        i += k;
-    }
+    push(&bus, 0, n).await?;
     counter.wait_for(n, LIMIT).await?;
     let eps = n as f64 / start.elapsed().as_secs_f64();
     bus.shutdown().await?;
@@ -67,37 +61,20 @@ pub async fn latency(b: &Bench, samples: usize) -> anyhow::Result<(f64, f64)> {
 
 /// `start()` with `n` events stuck in `processing` until all are handled, in ms.
 pub async fn recovery(b: &Bench, n: u64) -> anyhow::Result<f64> {
-    let (sqlite, builder) = b.store_and_builder().await?;
-    let bus = builder.build().await?;
+    let bus = b.builder().build().await?;
     let store = bus.store();
-    let mut i = 0;
-    while i < n {
-        let k = (n - i).min(1000);
-        let events = (i..i + k).map(event).collect::<anyhow::Result<Vec<_>>>()?;
+    for events in batches(0, n) {
         store
-            .insert(events, InsertMode::Claimed, bus.clock().now())
+            .insert(events?, InsertMode::Claimed, bus.clock().now())
             .await?;
-        i += k;
     }
     let counter = Arc::new(Counter::default());
     counter.subscribe(&bus).await?;
-    let before = sqlite.write_stats();
     let start = Instant::now();
     let recovered = bus.start().await?;
-    if std::env::var("DURABUS_BENCH_DEBUG").is_ok() {
-        eprintln!("recovery: start() returned after {:?}", start.elapsed());
-    }
     anyhow::ensure!(recovered == n, "recovered {recovered} of {n}");
     counter.wait_for(n, LIMIT).await?;
     let ms = start.elapsed().as_secs_f64() * 1e3;
-    if std::env::var("DURABUS_BENCH_DEBUG").is_ok() {
-        let after = sqlite.write_stats();
-        eprintln!(
-            "recovery: {} transactions, {} requests",
-            after.0 - before.0,
-            after.1 - before.1
-        );
-    }
     bus.shutdown().await?;
     Ok(ms)
 }
@@ -120,14 +97,10 @@ pub async fn rss(b: &Bench, n: u64) -> anyhow::Result<(f64, f64)> {
     Ok((start, end))
 }
 
-/// Publishes events `from..to` in batches, keeping the backlog bounded.
+/// Publishes events `from..to` in batches of 1,000.
 async fn push(bus: &durabus::EventBus, from: u64, to: u64) -> anyhow::Result<()> {
-    let mut i = from;
-    while i < to {
-        let k = (to - i).min(1000);
-        let events = (i..i + k).map(event).collect::<anyhow::Result<Vec<_>>>()?;
-        bus.enqueue_batch(events).await?;
-        i += k;
+    for events in batches(from, to) {
+        bus.enqueue_batch(events?).await?;
     }
     Ok(())
 }

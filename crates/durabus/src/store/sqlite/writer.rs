@@ -160,9 +160,10 @@ impl Writer {
         // Optimistic: the whole group in one transaction. If any request fails, the group is
         // rolled back and each request runs alone, so one bad request fails only itself.
         let ops: Vec<(&Op, Timestamp)> = batch.iter().map(|(op, now, _)| (op, *now)).collect();
-        let results = match self.transaction(&ops) {
-            Ok(results) => results,
-            Err(GroupError::Request) => ops.iter().map(|op| self.alone(*op)).collect(),
+        let results: Vec<Result<Reply>> = match self.transaction(&ops) {
+            Ok(replies) => replies.into_iter().map(Ok).collect(),
+            Err(GroupError::Request(e)) if ops.len() == 1 => vec![Err(e)],
+            Err(GroupError::Request(_)) => ops.iter().map(|op| self.alone(*op)).collect(),
             Err(GroupError::Transaction(e)) => ops.iter().map(|_| Err(clone_err(&e))).collect(),
         };
         let committed = results.iter().filter(|r| r.is_ok()).count() as u64;
@@ -182,42 +183,26 @@ impl Writer {
     /// One request in its own transaction.
     fn alone(&self, op: (&Op, Timestamp)) -> Result<Reply> {
         match self.transaction(&[op]) {
-            Ok(mut r) => r.pop().unwrap_or(Err(Error::Database("no reply".into()))),
-            Err(GroupError::Request) => {
-                // Run it again to report its own error (the transaction was rolled back).
-                let _ = retry_busy(self.lock_timeout, || {
-                    self.conn.execute_batch("BEGIN IMMEDIATE")
-                });
-                let res = apply(&self.conn, op.0, op.1);
-                let _ = self.conn.execute_batch("ROLLBACK");
-                match res {
-                    Ok(_) => Err(Error::Database(
-                        "request failed, then succeeded on a rerun that was rolled back; retry it"
-                            .into(),
-                    )),
-                    Err(e) => Err(e),
-                }
-            }
-            Err(GroupError::Transaction(e)) => Err(e),
+            Ok(mut replies) => replies
+                .pop()
+                .ok_or_else(|| Error::Database("the writer produced no reply".into())),
+            Err(GroupError::Request(e) | GroupError::Transaction(e)) => Err(e),
         }
     }
 
     /// Runs `ops` in one transaction: every reply, or why it was rolled back.
-    fn transaction(
-        &self,
-        ops: &[(&Op, Timestamp)],
-    ) -> std::result::Result<Vec<Result<Reply>>, GroupError> {
+    fn transaction(&self, ops: &[(&Op, Timestamp)]) -> std::result::Result<Vec<Reply>, GroupError> {
         retry_busy(self.lock_timeout, || {
             self.conn.execute_batch("BEGIN IMMEDIATE")
         })
         .map_err(GroupError::Transaction)?;
-        let mut results = Vec::with_capacity(ops.len());
+        let mut replies = Vec::with_capacity(ops.len());
         for (op, now) in ops {
             match apply(&self.conn, op, *now) {
-                Ok(r) => results.push(Ok(r)),
-                Err(_) => {
+                Ok(r) => replies.push(r),
+                Err(e) => {
                     let _ = self.conn.execute_batch("ROLLBACK");
-                    return Err(GroupError::Request);
+                    return Err(GroupError::Request(e));
                 }
             }
         }
@@ -225,14 +210,14 @@ impl Writer {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(GroupError::Transaction(e));
         }
-        Ok(results)
+        Ok(replies)
     }
 }
 
 /// Why a group transaction did not commit.
 enum GroupError {
-    /// A request failed: the caller reruns the requests one by one.
-    Request,
+    /// A request failed (its error): the caller reruns the others one by one.
+    Request(Error),
     /// Beginning or committing failed: every request fails with this.
     Transaction(Error),
 }
