@@ -20,6 +20,14 @@ struct Cli {
         default_value = "./durabus.db"
     )]
     db: PathBuf,
+    /// The prefix of durabus's table names in the database (as the application configured it).
+    #[arg(
+        long,
+        global = true,
+        env = "DURABUS_TABLE_PREFIX",
+        default_value = durabus::store::sqlite::DEFAULT_PREFIX
+    )]
+    table_prefix: String,
     /// Print data as JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
@@ -60,12 +68,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let db = cmd::Db {
+        path: cli.db,
+        table_prefix: cli.table_prefix,
+    };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Demo(args) => cmd::demo::run(&cli.db, cli.json, args).await,
-            Command::Events(c) => cmd::events::run(&cli.db, cli.json, c).await,
-            Command::Dlq(c) => cmd::dlq::run(&cli.db, cli.json, c).await,
-            Command::Stats => cmd::stats::run(&cli.db, cli.json).await,
+            Command::Demo(args) => cmd::demo::run(&db, cli.json, args).await,
+            Command::Events(c) => cmd::events::run(&db, cli.json, c).await,
+            Command::Dlq(c) => cmd::dlq::run(&db, cli.json, c).await,
+            Command::Stats => cmd::stats::run(&db, cli.json).await,
             Command::Bench(args) => cmd::bench::run(cli.json, args).await,
         }
     });

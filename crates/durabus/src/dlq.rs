@@ -61,9 +61,9 @@ impl DlqInspector {
         self.store
             .list_events(EventQuery {
                 status: Some(EventStatus::Dlq),
-                event_type: None,
                 offset: page.offset,
                 limit: page.limit,
+                ..EventQuery::default()
             })
             .await
     }

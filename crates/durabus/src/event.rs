@@ -190,6 +190,17 @@ impl NewEvent {
         })
     }
 
+    /// Uses `id` instead of a fresh one. Publishing an id that is already stored stores and
+    /// delivers nothing and returns the id, so a caller that retries a publish (after a
+    /// timeout, say) with the same id gets the event exactly once. Ids are UUIDs; use
+    /// time-ordered ones ([`EventId::new`], UUIDv7) where you can: inserts then append to the
+    /// table's index instead of landing at random places in it.
+    #[must_use]
+    pub fn with_id(mut self, id: EventId) -> Self {
+        self.id = id;
+        self
+    }
+
     /// Adds a metadata entry.
     #[must_use]
     pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {

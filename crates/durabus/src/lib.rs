@@ -45,7 +45,10 @@ pub mod dlq;
 pub mod error;
 pub mod event;
 pub mod handler;
+pub mod history;
 pub mod metrics;
+#[cfg(feature = "sqlite")]
+pub mod outbox;
 pub mod pattern;
 pub mod retry;
 pub mod stats;
@@ -59,8 +62,15 @@ pub use dlq::{DlqInspector, Page};
 pub use error::{Error, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
+pub use history::History;
 pub use metrics::{MetricsSnapshot, TypeMetrics};
+#[cfg(feature = "sqlite")]
+pub use outbox::Outbox;
 pub use retry::{RetryOverride, RetryPolicy};
+/// The `rusqlite` durabus links, for applications that write events in their own SQLite
+/// transactions through an [`Outbox`].
+#[cfg(feature = "sqlite")]
+pub use rusqlite;
 pub use stats::{StoreStats, TypeStats};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};

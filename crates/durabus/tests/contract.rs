@@ -66,6 +66,7 @@ macro_rules! all_contract_tests {
             store::listing_filters_by_status_and_type_and_counts,
             store::data_survives_close_and_reopen_and_closed_stores_refuse_work,
             store::a_failed_insert_stores_none_of_its_events,
+            store::an_id_already_stored_is_stored_once,
             store::stats_count_by_status_type_and_retries,
             store::release_returns_claimed_events_without_an_attempt,
         );

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use durabus::store::sqlite::{ListFilter, Sql};
 use durabus::{
     Error, EventBus, EventQuery, EventStatus, InsertMode, NewEvent, SqliteOptions, SqliteStore,
     Store, Timestamp,
@@ -45,7 +46,7 @@ async fn the_database_is_a_file_in_wal_mode_with_the_schema() {
     ] {
         let n: i64 = conn
             .query_row(
-                "SELECT count(*) FROM pragma_table_info('events') WHERE name = ?1",
+                "SELECT count(*) FROM pragma_table_info('durabus_events') WHERE name = ?1",
                 [col],
                 |r| r.get(0),
             )
@@ -54,10 +55,7 @@ async fn the_database_is_a_file_in_wal_mode_with_the_schema() {
     }
     // The claim is served by the partial index on due events.
     let plan: Vec<String> = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            durabus::store::sqlite::DUE_QUERY
-        ))
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", Sql::default_tables().due))
         .unwrap()
         .query_map([5, 10], |r| r.get::<_, String>(3))
         .unwrap()
@@ -84,10 +82,7 @@ async fn the_database_is_a_file_in_wal_mode_with_the_schema() {
     let conn = Connection::open(&path).unwrap();
     conn.execute_batch("ANALYZE").unwrap();
     let plan: Vec<String> = conn
-        .prepare(&format!(
-            "EXPLAIN QUERY PLAN {}",
-            durabus::store::sqlite::DUE_QUERY
-        ))
+        .prepare(&format!("EXPLAIN QUERY PLAN {}", Sql::default_tables().due))
         .unwrap()
         .query_map([5, 10], |r| r.get::<_, String>(3))
         .unwrap()
@@ -420,10 +415,19 @@ fn listings_are_served_without_sorting() {
     for (status, by_type, index, params) in [
         (Some(EventStatus::Dlq), false, "events_dlq", vec![]),
         // Other listings walk the table backwards in insertion order: no index, no sort.
-        (None, true, "SCAN events", vec!["a.b"]),
-        (Some(EventStatus::Done), false, "SCAN events", vec![]),
+        (None, true, "SCAN durabus_events", vec!["a.b"]),
+        (
+            Some(EventStatus::Done),
+            false,
+            "SCAN durabus_events",
+            vec![],
+        ),
     ] {
-        let sql = durabus::store::sqlite::list_sql(status, by_type);
+        let sql = Sql::default_tables().list(ListFilter {
+            status,
+            by_type,
+            ..ListFilter::default()
+        });
         let mut all: Vec<rusqlite::types::Value> = params
             .into_iter()
             .map(|p| rusqlite::types::Value::Text(p.into()))
@@ -458,10 +462,17 @@ fn hot_statements_are_not_recompiled_on_every_run() {
             .unwrap();
     });
     let conn = Connection::open(&path).unwrap();
-    let claim = durabus::store::sqlite::DUE_QUERY;
-    let dlq = durabus::store::sqlite::list_sql(Some(EventStatus::Dlq), false);
-    let by_type = durabus::store::sqlite::list_sql(Some(EventStatus::Done), true);
-    let mut a = conn.prepare(claim).unwrap();
+    let sql = Sql::default_tables();
+    let dlq = sql.list(ListFilter {
+        status: Some(EventStatus::Dlq),
+        ..ListFilter::default()
+    });
+    let by_type = sql.list(ListFilter {
+        status: Some(EventStatus::Done),
+        by_type: true,
+        ..ListFilter::default()
+    });
+    let mut a = conn.prepare(&sql.due).unwrap();
     let mut b = conn.prepare(&dlq).unwrap();
     let mut c = conn.prepare(&by_type).unwrap();
     for i in 0..5i64 {

@@ -1,7 +1,6 @@
 //! `durabus demo`: a bus with a few handlers, sample events, retries and dead letters, with a
 //! short back-off so it finishes in seconds.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -45,7 +44,7 @@ fn open_events(counts: &[StatusCount], demo: bool) -> u64 {
 
 /// The demo's bus completes every due event it sees: pointed at an application's database it
 /// would mark that application's waiting events done. Refuse instead.
-async fn refuse_foreign_work(db: &Path) -> anyhow::Result<()> {
+async fn refuse_foreign_work(db: &crate::cmd::Db) -> anyhow::Result<()> {
     let Ok(store) = crate::cmd::open_existing(db).await else {
         // Not a durabus database (yet): opening it for the demo reports what is wrong.
         return Ok(());
@@ -56,7 +55,7 @@ async fn refuse_foreign_work(db: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(
         foreign == 0,
         "{} holds {foreign} pending event(s) of types the demo does not handle; run the demo on its own database (--db demo.db)",
-        db.display()
+        db.path.display()
     );
     Ok(())
 }
@@ -75,13 +74,13 @@ struct Summary {
     breakers: Vec<SubscriptionBreaker>,
 }
 
-pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
+pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    if db.exists() {
+    if db.path.exists() {
         refuse_foreign_work(db).await?;
     }
     let bus = EventBus::builder()
-        .sqlite(db)
+        .sqlite_with(&db.path, db.options())
         .retry_policy(RetryPolicy {
             max_retries: 2,
             base_delay: Duration::from_millis(100),
@@ -97,7 +96,7 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
         })
         .build()
         .await
-        .with_context(|| format!("cannot open {}", db.display()))?;
+        .with_context(|| format!("cannot open {}", db.path.display()))?;
     let calls = Arc::new(AtomicU32::new(0));
     let say = move |line: String| {
         if !json {
@@ -166,7 +165,7 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
     .await?;
     bus.start().await?;
 
-    say(format!("publishing to {}", db.display()));
+    say(format!("publishing to {}", db.path.display()));
     let mut ids = Vec::new();
     ids.push(
         bus.publish(
@@ -221,7 +220,7 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
     bus.shutdown().await?;
 
     let summary = Summary {
-        database: db.display().to_string(),
+        database: db.path.display().to_string(),
         published: ids.len(),
         delivered: events
             .iter()
@@ -278,7 +277,7 @@ pub async fn run(db: &Path, json: bool, args: Args) -> anyhow::Result<()> {
     println!();
     println!(
         "inspect the dead letters:  durabus --db {} dlq list",
-        db.display()
+        db.path.display()
     );
     Ok(())
 }

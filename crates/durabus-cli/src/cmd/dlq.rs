@@ -1,7 +1,5 @@
 //! `durabus dlq list | retry | purge`.
 
-use std::path::Path;
-
 use clap::Subcommand;
 use durabus::{DlqInspector, EventId, Page};
 
@@ -32,7 +30,7 @@ pub enum DlqCommand {
     },
 }
 
-pub async fn run(db: &Path, json: bool, command: DlqCommand) -> anyhow::Result<()> {
+pub async fn run(db: &crate::cmd::Db, json: bool, command: DlqCommand) -> anyhow::Result<()> {
     let store = super::open_existing(db).await?;
     let dlq = DlqInspector::new(store.clone());
     let result = execute(&dlq, json, command).await;

@@ -1,12 +1,10 @@
 //! `durabus stats`: what the database can tell about its events.
 
-use std::path::Path;
-
 use durabus::StoreStats;
 
 use crate::output;
 
-pub async fn run(db: &Path, json: bool) -> anyhow::Result<()> {
+pub async fn run(db: &crate::cmd::Db, json: bool) -> anyhow::Result<()> {
     let store = super::open_existing(db).await?;
     let stats = StoreStats::collect(store.as_ref()).await;
     store.close().await?;

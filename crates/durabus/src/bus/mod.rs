@@ -114,6 +114,33 @@ impl EventBus {
         }
     }
 
+    /// An [`Outbox`](crate::Outbox) for publishing inside the application's own SQLite
+    /// transactions, on this bus's tables, clock and payload limit. Fails with
+    /// [`Error::InvalidConfig`] when the bus's store is not SQLite.
+    #[cfg(feature = "sqlite")]
+    pub fn outbox(&self) -> Result<crate::Outbox> {
+        let store = self
+            .inner
+            .store
+            .as_any()
+            .downcast_ref::<crate::SqliteStore>()
+            .ok_or_else(|| {
+                Error::InvalidConfig(
+                    "the outbox writes through a SQLite connection; this bus's store is not SQLite"
+                        .into(),
+                )
+            })?;
+        Ok(store
+            .outbox()
+            .with_clock(self.inner.clock.clone())
+            .max_payload_bytes(self.inner.config.max_payload_bytes))
+    }
+
+    /// Completed events (history): listing by type, status and time, and retention purges.
+    pub fn history(&self) -> crate::History {
+        crate::History::with_clock(self.inner.store.clone(), self.inner.clock.clone())
+    }
+
     /// The store under the bus.
     pub fn store(&self) -> Arc<dyn Store> {
         self.inner.store.clone()
@@ -187,18 +214,27 @@ impl EventBus {
         self.publish_event(event).await
     }
 
-    /// [`publish`](Self::publish) for a prepared [`NewEvent`] (with metadata, say).
+    /// [`publish`](Self::publish) for a prepared [`NewEvent`] (with metadata, say, or a
+    /// caller-chosen id: see [`NewEvent::with_id`]). If an event with the same id is already
+    /// stored, nothing is stored or delivered and the id is returned: publishing is
+    /// idempotent, also when two publishes of one id race.
     pub async fn publish_event(&self, event: NewEvent) -> Result<EventId> {
         let guard = self.inner.inflight.enter();
         self.check_open()?;
         self.check_size(&event)?;
         let now = self.inner.clock.now();
         let id = event.id;
-        self.inner
+        let inserted = self
+            .inner
             .store
             .insert(vec![event.clone()], InsertMode::Claimed, now)
             .await
             .map_err(Self::map_closed)?;
+        if inserted.first() != Some(&true) {
+            // Idempotent publish: an event with this id is already stored (and delivered, or on
+            // its way); it is not delivered again.
+            return Ok(id);
+        }
         // Delivered in its own task: if the caller drops this future, delivery still finishes
         // and the outcome is recorded, so the event is not left `processing`.
         let inner = self.inner.clone();
@@ -222,7 +258,8 @@ impl EventBus {
         self.enqueue_event(event).await
     }
 
-    /// [`enqueue`](Self::enqueue) for a prepared [`NewEvent`].
+    /// [`enqueue`](Self::enqueue) for a prepared [`NewEvent`]. Idempotent like
+    /// [`publish_event`](Self::publish_event): an id already stored is not stored again.
     pub async fn enqueue_event(&self, event: NewEvent) -> Result<EventId> {
         self.check_open()?;
         self.check_size(&event)?;
@@ -235,9 +272,10 @@ impl EventBus {
         Ok(id)
     }
 
-    /// Stores many events in one transaction, all or none, and returns their ids at once; the
-    /// background workers deliver them. Every event is checked first: one bad event fails the
-    /// whole call and nothing is stored.
+    /// Batch publish: stores many events in one transaction, all or none, and returns their
+    /// ids at once; the background workers deliver them. Every event is checked first: one bad
+    /// event fails the whole call and nothing is stored. Events whose id is already stored are
+    /// skipped (idempotent), their ids returned like the others.
     pub async fn enqueue_batch(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
         self.check_open()?;
         for event in &events {

@@ -80,6 +80,10 @@ pub struct EventQuery {
     pub status: Option<EventStatus>,
     /// Only events of exactly this type.
     pub event_type: Option<String>,
+    /// Only events created at or after this time.
+    pub created_from: Option<Timestamp>,
+    /// Only events created before this time.
+    pub created_before: Option<Timestamp>,
     /// Events to skip. Defaults to 0.
     pub offset: u64,
     /// Most events to return. Defaults to 100.
@@ -91,6 +95,8 @@ impl Default for EventQuery {
         EventQuery {
             status: None,
             event_type: None,
+            created_from: None,
+            created_before: None,
             offset: 0,
             limit: 100,
         }
@@ -135,8 +141,15 @@ pub enum InsertMode {
 /// documented resets). The contract suite in `tests/` holds every implementation to this.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    /// Stores events durably, all or none.
-    async fn insert(&self, events: Vec<NewEvent>, mode: InsertMode, now: Timestamp) -> Result<()>;
+    /// Stores events durably, all or none. An event whose id is already stored is skipped (the
+    /// stored one is kept, whatever its status): one flag per event, `true` when it was newly
+    /// stored. Two inserts of one id racing store it once.
+    async fn insert(
+        &self,
+        events: Vec<NewEvent>,
+        mode: InsertMode,
+        now: Timestamp,
+    ) -> Result<Vec<bool>>;
 
     /// Moves up to `limit` due `pending` events (`next_attempt_at <= now`) to `processing` and
     /// returns them, earliest due first.
@@ -195,6 +208,15 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// Deletes dead events with `created_at <= cutoff`. Returns how many.
     async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64>;
+
+    /// Deletes at most `limit` `done` events completed (`updated_at`) at or before `cutoff`, in
+    /// one transaction. Returns how many; callers repeat while it returns `limit`, so the write
+    /// lock is never held for a whole large purge.
+    async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
+
+    /// The store as [`Any`](std::any::Any), so callers can reach backend-specific features
+    /// (such as [`SqliteStore::outbox`](sqlite::SqliteStore::outbox)) behind an `Arc<dyn Store>`.
+    fn as_any(&self) -> &dyn std::any::Any;
 
     /// Notified whenever a write may have made an event due (an insert, a retry scheduled, a
     /// dead letter retried), so the dispatcher wakes without polling.

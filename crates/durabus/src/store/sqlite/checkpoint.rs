@@ -3,14 +3,19 @@
 //! commit (and every caller waiting on it) stalls. Here the writer only sets a flag after
 //! commits (no wake-up per commit); this thread looks at it every 100 ms and runs `PASSIVE`
 //! checkpoints, which never block the writer or readers.
+//!
+//! The same thread watches for commits made by other connections (an application writing
+//! events in its own transactions, another process): `PRAGMA data_version` changes when another
+//! connection has committed, and a change wakes the dispatcher. That read touches no table.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
+use tokio::sync::Notify;
 
 /// Fewest WAL frames worth a checkpoint.
 const MIN_FRAMES: i64 = 1000;
@@ -20,7 +25,25 @@ const PAUSE: Duration = Duration::from_millis(100);
 /// Sent when the store closes.
 pub(super) struct Stop;
 
-pub(super) fn run(path: PathBuf, busy: Duration, committed: Arc<AtomicBool>, rx: Receiver<Stop>) {
+/// Watching for commits made by other connections.
+pub(super) struct Watch {
+    /// How often to look.
+    pub every: Duration,
+    /// Notified when another connection has committed.
+    pub wake: Arc<Notify>,
+}
+
+fn data_version(conn: &Connection) -> Option<i64> {
+    conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
+}
+
+pub(super) fn run(
+    path: PathBuf,
+    busy: Duration,
+    committed: Arc<AtomicBool>,
+    rx: Receiver<Stop>,
+    watch: Option<Watch>,
+) {
     let conn = match Connection::open_with_flags(
         &path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -33,14 +56,28 @@ pub(super) fn run(path: PathBuf, busy: Duration, committed: Arc<AtomicBool>, rx:
     };
     let _ = conn.busy_timeout(busy);
     let mut behind = false;
+    let tick = watch.as_ref().map_or(PAUSE, |w| w.every.min(PAUSE));
+    let mut version = data_version(&conn);
+    let mut last_checkpoint = Instant::now();
+    let mut last_watch = Instant::now();
     loop {
-        match rx.recv_timeout(PAUSE) {
+        match rx.recv_timeout(tick) {
             Ok(Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
         }
-        if !(committed.swap(false, Ordering::AcqRel) || behind) {
+        if let Some(w) = watch.as_ref().filter(|w| last_watch.elapsed() >= w.every) {
+            last_watch = Instant::now();
+            let now = data_version(&conn);
+            if now != version {
+                version = now;
+                w.wake.notify_one();
+            }
+        }
+        if last_checkpoint.elapsed() < PAUSE || !(committed.swap(false, Ordering::AcqRel) || behind)
+        {
             continue;
         }
+        last_checkpoint = Instant::now();
         match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         }) {

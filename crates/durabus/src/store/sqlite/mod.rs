@@ -4,6 +4,7 @@
 mod checkpoint;
 mod rows;
 mod schema;
+mod sql;
 pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
@@ -13,14 +14,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
 use tokio::sync::{Notify, oneshot};
 
 pub use schema::SCHEMA_VERSION;
+pub use sql::{DEFAULT_PREFIX, validate_prefix};
 #[doc(hidden)]
-pub use writer::DUE_QUERY;
+pub use sql::{ListFilter, Sql};
 
-use self::rows::{EVENT_COLUMNS, event_from_row};
+use self::rows::event_from_row;
 use self::writer::{Msg, Op, Reply, Writer, retry_busy};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
@@ -56,6 +58,14 @@ pub struct SqliteOptions {
     pub lock_timeout: Duration,
     /// Read connections kept open. Defaults to 4.
     pub readers: usize,
+    /// Prefix of the store's table names, so they can sit beside an application's own tables
+    /// in one file. Defaults to [`DEFAULT_PREFIX`] (`durabus_events`, ...).
+    pub table_prefix: String,
+    /// How often the store looks for events committed by other connections (an application
+    /// writing through its own connection, see [`Outbox`](crate::Outbox), or another
+    /// process), with `PRAGMA data_version`, a cheap read of a counter. `None` turns this off;
+    /// events written by this store wake the dispatcher at once either way. Defaults to 50 ms.
+    pub watch_interval: Option<Duration>,
 }
 
 impl Default for SqliteOptions {
@@ -66,6 +76,8 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_millis(100),
             lock_timeout: Duration::from_secs(30),
             readers: 4,
+            table_prefix: DEFAULT_PREFIX.to_owned(),
+            watch_interval: Some(Duration::from_millis(50)),
         }
     }
 }
@@ -75,6 +87,7 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     path: PathBuf,
     options: SqliteOptions,
+    sql: Arc<Sql>,
     tx: Mutex<Option<Sender<Msg>>>,
     readers: Arc<Mutex<Vec<Connection>>>,
     closed: Arc<AtomicBool>,
@@ -120,6 +133,12 @@ impl SqliteStore {
     }
 
     fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
+        let sql = Arc::new(Sql::new(&options.table_prefix)?);
+        if options.watch_interval.is_some_and(|d| d.is_zero()) {
+            return Err(Error::InvalidConfig(
+                "watch_interval must be above zero (or None to turn it off)".into(),
+            ));
+        }
         if path.as_os_str().is_empty() || path.to_str() == Some(":memory:") {
             return Err(Error::InvalidConfig(
                 "the SQLite store needs a file path: WAL mode and durability need a file, not :memory:".into(),
@@ -146,15 +165,18 @@ impl SqliteStore {
             // file that durabus did not make.
             let ours: bool = conn
                 .query_row(
-                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'durabus_meta'",
-                    [],
+                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [&sql.meta],
                     |r| r.get(0),
                 )
                 .map_err(|e| open_error(&path, e))?;
             if !ours {
                 return Err(Error::NotADatabase {
                     path: display(&path),
-                    reason: "it is an SQLite database without durabus tables".into(),
+                    reason: format!(
+                        "it is an SQLite database without durabus tables (looked for {}; is the table prefix right?)",
+                        sql.meta
+                    ),
                 });
             }
         }
@@ -186,7 +208,7 @@ impl SqliteStore {
         retry_busy(options.lock_timeout, || {
             conn.execute_batch("BEGIN IMMEDIATE")
         })?;
-        if let Err(e) = schema::migrate(&conn) {
+        if let Err(e) = schema::migrate(&conn, &sql) {
             let _ = conn.execute_batch("ROLLBACK");
             return Err(match e {
                 Error::Database(reason) if reason.contains("not a database") => {
@@ -209,13 +231,18 @@ impl SqliteStore {
         let busy = options.busy_timeout;
         let committed = Arc::new(AtomicBool::new(false));
         let flag = committed.clone();
+        let wake = Arc::new(Notify::new());
+        let watch = options.watch_interval.map(|every| checkpoint::Watch {
+            every,
+            wake: wake.clone(),
+        });
         std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(cp_path, busy, flag, checkpoint_rx))
+            .spawn(move || checkpoint::run(cp_path, busy, flag, checkpoint_rx, watch))
             .map_err(|e| Error::Database(format!("cannot start the checkpoint thread: {e}")))?;
-        let wake = Arc::new(Notify::new());
         let writer = Writer {
             conn,
+            sql: sql.clone(),
             rx,
             lock_timeout: options.lock_timeout,
             wake: wake.clone(),
@@ -230,6 +257,7 @@ impl SqliteStore {
         Ok(SqliteStore {
             path,
             options,
+            sql,
             tx: Mutex::new(Some(tx)),
             readers: Arc::new(Mutex::new(Vec::new())),
             closed: Arc::new(AtomicBool::new(false)),
@@ -255,6 +283,17 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The table prefix.
+    pub fn table_prefix(&self) -> &str {
+        &self.sql.prefix
+    }
+
+    /// An [`Outbox`](crate::Outbox) writing into this store's tables from an application's
+    /// own connection and transaction.
+    pub fn outbox(&self) -> crate::Outbox {
+        crate::Outbox::from_sql(self.sql.clone())
     }
 
     async fn write(&self, op: Op, now: Timestamp) -> Result<Reply> {
@@ -306,33 +345,6 @@ impl SqliteStore {
     }
 }
 
-/// The listing query for the filters given, newest first. Dead letters come from their partial
-/// index ordered by `created_at`; other listings walk the table backwards in insertion order
-/// (newest first) without a sort. Parameters: the type if filtered, then limit and offset. The
-/// status is written into the SQL (it is one of four words) and limit and offset are `? + 0`:
-/// bound values that the planner looks at make SQLite recompile the statement on every run.
-#[doc(hidden)]
-pub fn list_sql(status: Option<EventStatus>, by_type: bool) -> String {
-    let mut terms = Vec::new();
-    if let Some(s) = status {
-        terms.push(format!("status = '{}'", s.as_str()));
-    }
-    if by_type {
-        terms.push("type = ?".to_owned());
-    }
-    let filter = if terms.is_empty() {
-        String::new()
-    } else {
-        format!("WHERE {}", terms.join(" AND "))
-    };
-    let order = if status == Some(EventStatus::Dlq) {
-        "created_at DESC, id DESC"
-    } else {
-        "rowid DESC"
-    };
-    format!("SELECT {EVENT_COLUMNS} FROM events {filter} ORDER BY {order} LIMIT ? + 0 OFFSET ? + 0")
-}
-
 fn parse_status(col: usize, s: &str) -> rusqlite::Result<EventStatus> {
     s.parse().map_err(|e: Error| {
         rusqlite::Error::FromSqlConversionFailure(
@@ -349,9 +361,14 @@ fn unexpected(r: Reply) -> Error {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn insert(&self, events: Vec<NewEvent>, mode: InsertMode, now: Timestamp) -> Result<()> {
+    async fn insert(
+        &self,
+        events: Vec<NewEvent>,
+        mode: InsertMode,
+        now: Timestamp,
+    ) -> Result<Vec<bool>> {
         match self.write(Op::Insert(events, mode), now).await? {
-            Reply::Unit => Ok(()),
+            Reply::Flags(f) => Ok(f),
             r => Err(unexpected(r)),
         }
     }
@@ -364,14 +381,12 @@ impl Store for SqliteStore {
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>> {
-        self.read(|c| {
-            c.prepare_cached(
-                "SELECT next_attempt_at FROM events INDEXED BY events_due
-                 WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1",
-            )?
-            .query_row([], |r| r.get::<_, Option<i64>>(0))
-            .optional()
-            .map(|v| v.flatten().map(Timestamp))
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            c.prepare_cached(&sql.next_due)?
+                .query_row([], |r| r.get::<_, Option<i64>>(0))
+                .optional()
+                .map(|v| v.flatten().map(Timestamp))
         })
         .await
     }
@@ -426,26 +441,26 @@ impl Store for SqliteStore {
     }
 
     async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>> {
-        self.read(|c| {
-            c.prepare_cached(
-                "SELECT id, name, event_type, created_at FROM subscriptions ORDER BY created_at, id",
-            )?
-            .query_map([], |r| {
-                Ok(SubscriptionRow {
-                    id: r.get(0)?,
-                    name: r.get(1)?,
-                    event_type: r.get(2)?,
-                    created_at: Timestamp(r.get(3)?),
-                })
-            })?
-            .collect()
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            c.prepare_cached(&sql.subscriptions)?
+                .query_map([], |r| {
+                    Ok(SubscriptionRow {
+                        id: r.get(0)?,
+                        name: r.get(1)?,
+                        event_type: r.get(2)?,
+                        created_at: Timestamp(r.get(3)?),
+                    })
+                })?
+                .collect()
         })
         .await
     }
 
     async fn get_event(&self, id: EventId) -> Result<Option<Event>> {
+        let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&format!("SELECT {EVENT_COLUMNS} FROM events WHERE id = ?1"))?
+            c.prepare_cached(&sql.get_event)?
                 .query_row([id.to_string()], event_from_row)
                 .optional()
         })
@@ -453,53 +468,60 @@ impl Store for SqliteStore {
     }
 
     async fn list_events(&self, q: EventQuery) -> Result<Vec<Event>> {
+        let sql = self.sql.clone();
         self.read(move |c| {
-            let sql = list_sql(q.status, q.event_type.is_some());
-            let limit = i64::try_from(q.limit).unwrap_or(i64::MAX);
-            let offset = i64::try_from(q.offset).unwrap_or(i64::MAX);
-            let mut stmt = c.prepare_cached(&sql)?;
-            let rows = match q.event_type {
-                Some(t) => stmt.query_map(params![t, limit, offset], event_from_row),
-                None => stmt.query_map(params![limit, offset], event_from_row),
-            }?;
-            rows.collect()
+            let text = sql.list(ListFilter {
+                status: q.status,
+                by_type: q.event_type.is_some(),
+                from: q.created_from.is_some(),
+                until: q.created_before.is_some(),
+            });
+            let mut args: Vec<rusqlite::types::Value> = Vec::with_capacity(5);
+            if let Some(t) = q.event_type {
+                args.push(t.into());
+            }
+            for bound in [q.created_from, q.created_before].into_iter().flatten() {
+                args.push(bound.as_millis().into());
+            }
+            args.push(i64::try_from(q.limit).unwrap_or(i64::MAX).into());
+            args.push(i64::try_from(q.offset).unwrap_or(i64::MAX).into());
+            c.prepare_cached(&text)?
+                .query_map(rusqlite::params_from_iter(args), event_from_row)?
+                .collect()
         })
         .await
     }
 
     async fn counts(&self) -> Result<Vec<StatusCount>> {
-        self.read(|c| {
-            c.prepare_cached(
-                "SELECT type, status, count(*) FROM events GROUP BY type, status ORDER BY type, status",
-            )?
-            .query_map([], |r| {
-                let status: String = r.get(1)?;
-                Ok(StatusCount {
-                    event_type: r.get(0)?,
-                    status: parse_status(1, &status)?,
-                    count: r.get(2)?,
-                })
-            })?
-            .collect()
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            c.prepare_cached(&sql.counts)?
+                .query_map([], |r| {
+                    let status: String = r.get(1)?;
+                    Ok(StatusCount {
+                        event_type: r.get(0)?,
+                        status: parse_status(1, &status)?,
+                        count: r.get(2)?,
+                    })
+                })?
+                .collect()
         })
         .await
     }
 
     async fn retry_counts(&self) -> Result<Vec<RetryCount>> {
-        self.read(|c| {
-            c.prepare_cached(
-                "SELECT status, retry_count, count(*) FROM events GROUP BY status, retry_count
-                 ORDER BY status, retry_count",
-            )?
-            .query_map([], |r| {
-                let status: String = r.get(0)?;
-                Ok(RetryCount {
-                    status: parse_status(1, &status)?,
-                    retry_count: r.get(1)?,
-                    count: r.get(2)?,
-                })
-            })?
-            .collect()
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            c.prepare_cached(&sql.retry_counts)?
+                .query_map([], |r| {
+                    let status: String = r.get(0)?;
+                    Ok(RetryCount {
+                        status: parse_status(1, &status)?,
+                        retry_count: r.get(1)?,
+                        count: r.get(2)?,
+                    })
+                })?
+                .collect()
         })
         .await
     }
@@ -516,6 +538,17 @@ impl Store for SqliteStore {
             Reply::Count(n) => Ok(n),
             r => Err(unexpected(r)),
         }
+    }
+
+    async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
+        match self.write(Op::PurgeHistory(cutoff, limit), cutoff).await? {
+            Reply::Count(n) => Ok(n),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
     fn wakeups(&self) -> Arc<Notify> {

@@ -2,15 +2,19 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::sql::Sql;
 use crate::error::{Error, Result};
 
-/// Each migration, in order; the schema version is the number applied.
-const MIGRATIONS: &[&str] = &[
+/// Each migration, in order; the schema version is the number applied. `{p}` is the table
+/// prefix.
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: events, subscriptions.
-    "CREATE TABLE IF NOT EXISTS events (
+    "CREATE TABLE IF NOT EXISTS {p}events (
         id TEXT PRIMARY KEY NOT NULL,
-        type TEXT NOT NULL,
-        payload TEXT NOT NULL,
+        -- Events may also be written by applications through their own connections (the
+        -- outbox): the table itself refuses an empty type or a payload that is not JSON.
+        type TEXT NOT NULL CHECK (type <> ''),
+        payload TEXT NOT NULL CHECK (json_valid(payload)),
         status TEXT NOT NULL DEFAULT 'pending',
         retry_count INTEGER NOT NULL DEFAULT 0,
         last_error TEXT,
@@ -23,12 +27,12 @@ const MIGRATIONS: &[&str] = &[
     );
     -- As few indexes as the queries need: every index is another page written per commit.
     -- Serves the claim (due pending events, earliest first) and nothing else.
-    CREATE INDEX IF NOT EXISTS events_due ON events(next_attempt_at) WHERE status = 'pending';
+    CREATE INDEX IF NOT EXISTS {p}events_due ON {p}events(next_attempt_at) WHERE status = 'pending';
     -- Serves the dead-letter listing, newest first.
-    CREATE INDEX IF NOT EXISTS events_dlq ON events(created_at, id) WHERE status = 'dlq';
+    CREATE INDEX IF NOT EXISTS {p}events_dlq ON {p}events(created_at, id) WHERE status = 'dlq';
     -- Serves crash recovery and releases.
-    CREATE INDEX IF NOT EXISTS events_processing ON events(id) WHERE status = 'processing';
-    CREATE TABLE IF NOT EXISTS subscriptions (
+    CREATE INDEX IF NOT EXISTS {p}events_processing ON {p}events(id) WHERE status = 'processing';
+    CREATE TABLE IF NOT EXISTS {p}subscriptions (
         id TEXT PRIMARY KEY NOT NULL,
         name TEXT UNIQUE,
         event_type TEXT NOT NULL,
@@ -40,13 +44,14 @@ const MIGRATIONS: &[&str] = &[
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Brings the database up to [`SCHEMA_VERSION`], inside the caller's write transaction.
-pub fn migrate(conn: &Connection) -> Result<()> {
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS durabus_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)",
-    )?;
+pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
+    let meta = &sql.meta;
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS {meta} (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)"
+    ))?;
     let current: i64 = conn
         .query_row(
-            "SELECT value FROM durabus_meta WHERE key = 'schema_version'",
+            &format!("SELECT value FROM {meta} WHERE key = 'schema_version'"),
             [],
             |r| r.get::<_, String>(0),
         )
@@ -59,15 +64,18 @@ pub fn migrate(conn: &Connection) -> Result<()> {
             supported: SCHEMA_VERSION,
         });
     }
-    for (i, sql) in MIGRATIONS
+    for (i, migration) in sql
+        .migrations()
         .iter()
         .enumerate()
         .skip(usize::try_from(current).unwrap_or(0))
     {
-        conn.execute_batch(sql)?;
+        conn.execute_batch(migration)?;
         conn.execute(
-            "INSERT INTO durabus_meta (key, value) VALUES ('schema_version', ?1)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            &format!(
+                "INSERT INTO {meta} (key, value) VALUES ('schema_version', ?1)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+            ),
             [(i + 1).to_string()],
         )?;
     }

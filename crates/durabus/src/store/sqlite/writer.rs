@@ -1,36 +1,20 @@
 //! The one writer thread. It owns the write connection and commits every request waiting in its
 //! channel in one transaction (group commit), so many concurrent publishers share one fsync.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, TryRecvError};
-use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, ErrorCode, params};
 use tokio::sync::{Notify, oneshot};
 
-use super::rows::{EVENT_COLUMNS, event_from_row, json_list};
+use super::rows::{event_from_row, json_list};
+use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, NewEvent};
 use crate::store::{InsertMode, Outcome, SubscriptionRow};
-
-macro_rules! due_filter {
-    () => {
-        "FROM events INDEXED BY events_due
-         WHERE status = 'pending' AND next_attempt_at <= ?1 ORDER BY next_attempt_at LIMIT ?2 + 0"
-    };
-}
-/// The due events a claim takes (`?1` now, `?2` how many). `INDEXED BY` pins the partial index
-/// on due events: on a table where most rows are pending the planner would otherwise pick the
-/// status index and scan past claimed rows. `LIMIT ?2 + 0` rather than `LIMIT ?2`: SQLite
-/// recompiles a statement on every run when the planner has looked at a bound LIMIT, which cost
-/// more than the claim itself.
-pub const DUE_QUERY: &str = concat!("SELECT id ", due_filter!());
-
-/// The claim's SELECT: [`DUE_QUERY`] with every column.
-static CLAIM_SELECT: LazyLock<String> =
-    LazyLock::new(|| format!("SELECT {EVENT_COLUMNS} {}", due_filter!()));
 
 /// Most requests committed in one transaction.
 const MAX_GROUP: usize = 512;
@@ -39,6 +23,7 @@ const MAX_GROUP: usize = 512;
 #[derive(Debug)]
 pub(super) enum Op {
     Insert(Vec<NewEvent>, InsertMode),
+    PurgeHistory(Timestamp, usize),
     Claim(usize),
     Record(Outcome),
     RecordMany(Vec<Outcome>),
@@ -72,6 +57,7 @@ pub(super) enum Msg {
 
 pub(super) struct Writer {
     pub conn: Connection,
+    pub sql: Arc<Sql>,
     pub rx: Receiver<Msg>,
     pub lock_timeout: Duration,
     pub wake: Arc<Notify>,
@@ -198,7 +184,7 @@ impl Writer {
         .map_err(GroupError::Transaction)?;
         let mut replies = Vec::with_capacity(ops.len());
         for (op, now) in ops {
-            match apply(&self.conn, op, *now) {
+            match apply(&self.conn, &self.sql, op, *now) {
                 Ok(r) => replies.push(r),
                 Err(e) => {
                     let _ = self.conn.execute_batch("ROLLBACK");
@@ -240,13 +226,10 @@ fn clone_err(e: &Error) -> Error {
     }
 }
 
-fn record_one(conn: &Connection, outcome: &Outcome, now_ms: i64) -> Result<bool> {
+fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now_ms: i64) -> Result<bool> {
     let n = match outcome {
         Outcome::Done { id, delivered } => conn
-            .prepare_cached(
-                "UPDATE events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
-                 WHERE id = ?1 AND status = 'processing'",
-            )?
+            .prepare_cached(&sql.record_done)?
             .execute(params![id.to_string(), json_list(delivered), now_ms])?,
         Outcome::Retry {
             id,
@@ -254,43 +237,31 @@ fn record_one(conn: &Connection, outcome: &Outcome, now_ms: i64) -> Result<bool>
             errors,
             delivered,
             next_attempt_at,
-        } => conn
-            .prepare_cached(
-                "UPDATE events SET status = 'pending', retry_count = ?2, last_error = ?3, delivered = ?4,
-                     updated_at = ?5, next_attempt_at = ?6
-                 WHERE id = ?1 AND status = 'processing'",
-            )?
-            .execute(params![
-                id.to_string(),
-                retry_count,
-                json_list(errors),
-                json_list(delivered),
-                now_ms,
-                next_attempt_at.as_millis()
-            ])?,
+        } => conn.prepare_cached(&sql.record_retry)?.execute(params![
+            id.to_string(),
+            retry_count,
+            json_list(errors),
+            json_list(delivered),
+            now_ms,
+            next_attempt_at.as_millis()
+        ])?,
         Outcome::Dead {
             id,
             retry_count,
             errors,
             delivered,
-        } => conn
-            .prepare_cached(
-                "UPDATE events SET status = 'dlq', retry_count = ?2, last_error = ?3, delivered = ?4,
-                     updated_at = ?5, dlq_at = ?5, next_attempt_at = NULL
-                 WHERE id = ?1 AND status = 'processing'",
-            )?
-            .execute(params![
-                id.to_string(),
-                retry_count,
-                json_list(errors),
-                json_list(delivered),
-                now_ms
-            ])?,
+        } => conn.prepare_cached(&sql.record_dead)?.execute(params![
+            id.to_string(),
+            retry_count,
+            json_list(errors),
+            json_list(delivered),
+            now_ms
+        ])?,
     };
     Ok(n == 1)
 }
 
-fn apply(conn: &Connection, op: &Op, now: Timestamp) -> Result<Reply> {
+fn apply(conn: &Connection, sql: &Sql, op: &Op, now: Timestamp) -> Result<Reply> {
     let now_ms = now.as_millis();
     Ok(match op {
         Op::Insert(events, mode) => {
@@ -298,17 +269,15 @@ fn apply(conn: &Connection, op: &Op, now: Timestamp) -> Result<Reply> {
                 InsertMode::Pending => ("pending", Some(now_ms)),
                 InsertMode::Claimed => ("processing", None),
             };
-            let mut stmt = conn.prepare_cached(
-                "INSERT INTO events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)",
-            )?;
+            let mut stmt = conn.prepare_cached(&sql.insert)?;
+            let mut inserted = Vec::with_capacity(events.len());
             for e in events {
                 let metadata = if e.metadata.is_empty() {
                     None
                 } else {
                     Some(serde_json::to_string(&e.metadata)?)
                 };
-                stmt.execute(params![
+                let n = stmt.execute(params![
                     e.id.to_string(),
                     e.event_type,
                     e.payload,
@@ -317,22 +286,21 @@ fn apply(conn: &Connection, op: &Op, now: Timestamp) -> Result<Reply> {
                     now_ms,
                     due
                 ])?;
+                inserted.push(n == 1);
             }
-            Reply::Unit
+            Reply::Flags(inserted)
         }
         Op::Claim(limit) => {
             // A plain indexed SELECT, then an UPDATE per row by key, in the same write
             // transaction (so atomic).
-            let mut select = conn.prepare_cached(&CLAIM_SELECT)?;
+            let mut select = conn.prepare_cached(&sql.claim_select)?;
             let mut events = select
                 .query_map(
                     params![now_ms, i64::try_from(*limit).unwrap_or(i64::MAX)],
                     event_from_row,
                 )?
                 .collect::<rusqlite::Result<Vec<_>>>()?;
-            let mut update = conn.prepare_cached(
-                "UPDATE events SET status = 'processing', updated_at = ?2 WHERE id = ?1",
-            )?;
+            let mut update = conn.prepare_cached(&sql.claim_update)?;
             for e in &mut events {
                 update.execute(params![e.id.to_string(), now_ms])?;
                 e.status = crate::event::EventStatus::Processing;
@@ -340,18 +308,15 @@ fn apply(conn: &Connection, op: &Op, now: Timestamp) -> Result<Reply> {
             }
             Reply::Events(events)
         }
-        Op::Record(outcome) => Reply::Flag(record_one(conn, outcome, now_ms)?),
+        Op::Record(outcome) => Reply::Flag(record_one(conn, sql, outcome, now_ms)?),
         Op::RecordMany(outcomes) => Reply::Flags(
             outcomes
                 .iter()
-                .map(|o| record_one(conn, o, now_ms))
+                .map(|o| record_one(conn, sql, o, now_ms))
                 .collect::<Result<_>>()?,
         ),
         Op::Release(ids) => {
-            let mut stmt = conn.prepare_cached(
-                "UPDATE events SET status = 'pending', updated_at = ?2, next_attempt_at = ?2
-                 WHERE id = ?1 AND status = 'processing'",
-            )?;
+            let mut stmt = conn.prepare_cached(&sql.release)?;
             let mut n = 0u64;
             for id in ids {
                 n += stmt.execute(params![id.to_string(), now_ms])? as u64;
@@ -359,41 +324,34 @@ fn apply(conn: &Connection, op: &Op, now: Timestamp) -> Result<Reply> {
             Reply::Count(n)
         }
         Op::Recover => {
-            let n = conn.execute(
-                "UPDATE events SET status = 'pending', retry_count = retry_count + 1,
-                     last_error = json_insert(coalesce(last_error, '[]'), '$[#]',
-                         'interrupted: the process stopped during this attempt'),
-                     updated_at = ?1, next_attempt_at = ?1
-                 WHERE status = 'processing'",
-                [now_ms],
-            )?;
+            let n = conn.execute(&sql.recover, [now_ms])?;
             Reply::Count(n as u64)
         }
         Op::SaveSubscription(row) => {
             if let Some(name) = &row.name {
-                conn.execute("DELETE FROM subscriptions WHERE name = ?1 AND id <> ?2", params![name, row.id])?;
+                conn.execute(&sql.subscription_free_name, params![name, row.id])?;
             }
             conn.execute(
-                "INSERT INTO subscriptions (id, name, event_type, created_at) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT(id) DO UPDATE SET name = excluded.name, event_type = excluded.event_type",
+                &sql.subscription_save,
                 params![row.id, row.name, row.event_type, row.created_at.as_millis()],
             )?;
             Reply::Unit
         }
         Op::DeleteSubscription(id) => {
-            Reply::Flag(conn.execute("DELETE FROM subscriptions WHERE id = ?1", [id])? == 1)
+            Reply::Flag(conn.execute(&sql.subscription_delete, [id])? == 1)
         }
-        Op::DlqRetry(id) => Reply::Flag(
-            conn.execute(
-                "UPDATE events SET status = 'pending', retry_count = 0, last_error = NULL, dlq_at = NULL,
-                     updated_at = ?2, next_attempt_at = ?2
-                 WHERE id = ?1 AND status = 'dlq'",
-                params![id.to_string(), now_ms],
-            )? == 1,
-        ),
-        Op::DlqPurge(cutoff) => Reply::Count(conn.execute(
-            "DELETE FROM events WHERE status = 'dlq' AND created_at <= ?1",
-            [cutoff.as_millis()],
+        Op::DlqRetry(id) => {
+            Reply::Flag(conn.execute(&sql.dlq_retry, params![id.to_string(), now_ms])? == 1)
+        }
+        Op::DlqPurge(cutoff) => {
+            Reply::Count(conn.execute(&sql.dlq_purge, [cutoff.as_millis()])? as u64)
+        }
+        Op::PurgeHistory(cutoff, limit) => Reply::Count(conn.execute(
+            &sql.history_purge,
+            params![
+                cutoff.as_millis(),
+                i64::try_from(*limit).unwrap_or(i64::MAX)
+            ],
         )? as u64),
     })
 }

@@ -1,0 +1,65 @@
+//! Event history: completed events stay in the store, queryable for audit and replay, until a
+//! retention purge removes them. Like the dead-letter inspector it needs only a [`Store`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::store::{EventQuery, Store};
+
+/// Events deleted per transaction by [`History::purge`], so a large purge never holds the write
+/// lock for long.
+pub const PURGE_CHUNK: usize = 10_000;
+
+/// Lists and purges the event history.
+#[derive(Debug, Clone)]
+pub struct History {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+}
+
+impl History {
+    /// History on `store`, reading the system clock.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self::with_clock(store, Arc::new(SystemClock))
+    }
+
+    /// History on `store` reading `clock`.
+    pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        History { store, clock }
+    }
+
+    /// Events matching `query` (any status, type and creation-time range), newest first.
+    /// Fails with [`Error::InvalidConfig`] for an empty time range.
+    pub async fn list(&self, query: EventQuery) -> Result<Vec<Event>> {
+        if let (Some(from), Some(before)) = (query.created_from, query.created_before)
+            && from >= before
+        {
+            return Err(Error::InvalidConfig(format!(
+                "empty time range: created_from ({from}) must be before created_before ({before})"
+            )));
+        }
+        self.store.list_events(query).await
+    }
+
+    /// Deletes `done` events completed more than `older_than` ago (`updated_at <= now -
+    /// older_than`), in transactions of [`PURGE_CHUNK`] events. Pending, processing and dead
+    /// events are never touched. Returns how many were deleted.
+    pub async fn purge(&self, older_than: Duration) -> Result<u64> {
+        self.purge_before(self.clock.now().minus(older_than)).await
+    }
+
+    /// [`purge`](Self::purge) of `done` events completed at or before `cutoff`.
+    pub async fn purge_before(&self, cutoff: Timestamp) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let n = self.store.purge_history(cutoff, PURGE_CHUNK).await?;
+            total += n;
+            if n < PURGE_CHUNK as u64 {
+                return Ok(total);
+            }
+        }
+    }
+}

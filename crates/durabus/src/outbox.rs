@@ -1,0 +1,198 @@
+//! Publishing inside the application's own SQLite transaction: the transactional outbox.
+//!
+//! The application keeps its data in SQLite and writes an event in the same transaction as its
+//! business rows, through its own [`rusqlite::Connection`]. Both commit or neither does; the
+//! event is delivered only after the commit, because until then no other connection can see it.
+//! The bus notices commits made on other connections within
+//! [`SqliteOptions::watch_interval`](crate::SqliteOptions::watch_interval) (50 ms by default).
+
+use std::sync::Arc;
+
+use rusqlite::{Connection, params};
+use serde::Serialize;
+
+use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::event::{EventId, NewEvent};
+use crate::pattern::validate_event_type;
+use crate::store::sqlite::Sql;
+
+/// The payload limit of an [`Outbox`] unless set: the bus's default, 1 MiB.
+const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
+
+/// Writes events into the bus's tables through a connection the application owns, inside
+/// whatever transaction is open on it.
+///
+/// Get one from [`EventBus::outbox`](crate::EventBus::outbox) (same tables, clock and payload
+/// limit as the bus) or build one with [`Outbox::new`] / [`Outbox::with_prefix`]. The bus must
+/// have opened the database file once (that creates its tables). Use the `rusqlite` that
+/// durabus re-exports ([`crate::rusqlite`]) so both sides link the same SQLite.
+///
+/// ```no_run
+/// # async fn demo() -> durabus::Result<()> {
+/// use durabus::{EventBus, rusqlite::Connection};
+/// let bus = EventBus::open("app.db").await?;
+/// let outbox = bus.outbox()?;
+/// let mut conn = Connection::open("app.db")?;
+/// let tx = conn.transaction()?;
+/// tx.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)", [])?;
+/// tx.execute("INSERT INTO orders (id) VALUES (1)", [])?;
+/// outbox.publish(&tx, "order.placed", &serde_json::json!({"order": 1}))?;
+/// tx.commit()?; // the event exists from here on, and is delivered
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Outbox {
+    sql: Arc<Sql>,
+    clock: Arc<dyn Clock>,
+    max_payload_bytes: usize,
+}
+
+impl std::fmt::Debug for Outbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outbox")
+            .field("table_prefix", &self.sql.prefix)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Outbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Outbox {
+    /// An outbox on the default tables (prefix
+    /// [`DEFAULT_PREFIX`](crate::store::sqlite::DEFAULT_PREFIX)), the system clock and a
+    /// 1 MiB payload limit.
+    pub fn new() -> Outbox {
+        Self::from_sql(Arc::new(Sql::default_tables()))
+    }
+
+    /// An outbox on tables named with `prefix` (as in
+    /// [`SqliteOptions::table_prefix`](crate::SqliteOptions::table_prefix)). Fails with
+    /// [`Error::InvalidConfig`] for a prefix that is not letters, digits and `_`.
+    pub fn with_prefix(prefix: &str) -> Result<Outbox> {
+        Ok(Self::from_sql(Arc::new(Sql::new(prefix)?)))
+    }
+
+    pub(crate) fn from_sql(sql: Arc<Sql>) -> Outbox {
+        Outbox {
+            sql,
+            clock: Arc::new(SystemClock),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD,
+        }
+    }
+
+    /// Uses this clock for `created_at` and the due time (the bus's clock, so that a bus on a
+    /// [`ManualClock`](crate::ManualClock) sees the events as due).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the payload size limit in bytes.
+    #[must_use]
+    pub fn max_payload_bytes(mut self, limit: usize) -> Self {
+        self.max_payload_bytes = limit;
+        self
+    }
+
+    /// Writes one event of `event_type` with `payload` on `conn` (a
+    /// [`rusqlite::Transaction`] works: it dereferences to a connection) and returns its id.
+    /// The event is part of the open transaction: it exists, and is delivered, only if that
+    /// transaction commits.
+    ///
+    /// Fails with [`Error::InvalidEventType`], [`Error::InvalidPayload`],
+    /// [`Error::PayloadTooLarge`], or [`Error::Database`] (for example when the bus has never
+    /// opened this file, so its tables are missing); nothing is written then.
+    pub fn publish<T: Serialize + ?Sized>(
+        &self,
+        conn: &Connection,
+        event_type: &str,
+        payload: &T,
+    ) -> Result<EventId> {
+        self.publish_event(conn, NewEvent::new(event_type, payload)?)
+    }
+
+    /// [`publish`](Self::publish) for a prepared [`NewEvent`]. If an event with its id is
+    /// already stored, nothing is written and the id is returned (idempotent publish).
+    pub fn publish_event(&self, conn: &Connection, event: NewEvent) -> Result<EventId> {
+        let id = event.id;
+        self.publish_batch(conn, vec![event])?;
+        Ok(id)
+    }
+
+    /// Writes many events on `conn`, all or none: every event is checked first, and the
+    /// writes run inside a savepoint that is rolled back if one fails, so a failed call leaves
+    /// the caller's transaction as it was. Events whose id is already stored are skipped.
+    /// Returns the ids in order.
+    pub fn publish_batch(&self, conn: &Connection, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
+        for e in &events {
+            validate_event_type(&e.event_type)?;
+            if e.payload.len() > self.max_payload_bytes {
+                return Err(Error::PayloadTooLarge {
+                    size: e.payload.len(),
+                    limit: self.max_payload_bytes,
+                });
+            }
+        }
+        let ids = events.iter().map(|e| e.id).collect();
+        if events.is_empty() {
+            return Ok(ids);
+        }
+        let now = self.clock.now().as_millis();
+        conn.execute_batch("SAVEPOINT durabus_outbox")
+            .map_err(|e| self.explain(e))?;
+        match self.write(conn, &events, now) {
+            Ok(()) => {
+                conn.execute_batch("RELEASE durabus_outbox")
+                    .map_err(|e| self.explain(e))?;
+                Ok(ids)
+            }
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK TO durabus_outbox; RELEASE durabus_outbox");
+                Err(e)
+            }
+        }
+    }
+
+    fn write(&self, conn: &Connection, events: &[NewEvent], now: i64) -> Result<()> {
+        let mut stmt = conn
+            .prepare_cached(&self.sql.insert)
+            .map_err(|e| self.explain(e))?;
+        for e in events {
+            let metadata = if e.metadata.is_empty() {
+                None
+            } else {
+                Some(serde_json::to_string(&e.metadata)?)
+            };
+            stmt.execute(params![
+                e.id.to_string(),
+                e.event_type,
+                e.payload,
+                "pending",
+                metadata,
+                now,
+                now
+            ])
+            .map_err(|e| self.explain(e))?;
+        }
+        Ok(())
+    }
+
+    fn explain(&self, e: rusqlite::Error) -> Error {
+        let text = e.to_string();
+        if text.contains("no such table") {
+            Error::Database(format!(
+                "{text}: open the bus on this database file first (it creates its tables), with the same table prefix ({:?})",
+                self.sql.prefix
+            ))
+        } else {
+            Error::from(e)
+        }
+    }
+}
