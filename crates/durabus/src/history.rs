@@ -18,6 +18,7 @@ pub const PURGE_CHUNK: usize = 10_000;
 pub struct History {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
+    chunk: usize,
 }
 
 impl History {
@@ -28,7 +29,19 @@ impl History {
 
     /// History on `store` reading `clock`.
     pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        History { store, clock }
+        History {
+            store,
+            clock,
+            chunk: PURGE_CHUNK,
+        }
+    }
+
+    /// Sets how many events [`purge`](Self::purge) deletes per transaction ([`PURGE_CHUNK`]
+    /// unless set; at least 1). Smaller chunks hold the write lock for less time each.
+    #[must_use]
+    pub fn purge_chunk(mut self, events: usize) -> Self {
+        self.chunk = events.max(1);
+        self
     }
 
     /// Events matching `query` (any status, type and creation-time range), newest first.
@@ -45,7 +58,8 @@ impl History {
     }
 
     /// Deletes `done` events completed more than `older_than` ago (`updated_at <= now -
-    /// older_than`), in transactions of [`PURGE_CHUNK`] events. Pending, processing and dead
+    /// older_than`), in transactions of [`PURGE_CHUNK`] events (see
+    /// [`purge_chunk`](Self::purge_chunk)). Pending, processing and dead
     /// events are never touched. Returns how many were deleted.
     pub async fn purge(&self, older_than: Duration) -> Result<u64> {
         self.purge_before(self.clock.now().minus(older_than)).await
@@ -55,9 +69,9 @@ impl History {
     pub async fn purge_before(&self, cutoff: Timestamp) -> Result<u64> {
         let mut total = 0;
         loop {
-            let n = self.store.purge_history(cutoff, PURGE_CHUNK).await?;
+            let n = self.store.purge_history(cutoff, self.chunk).await?;
             total += n;
-            if n < PURGE_CHUNK as u64 {
+            if n < self.chunk as u64 {
                 return Ok(total);
             }
         }

@@ -67,6 +67,9 @@ macro_rules! all_contract_tests {
             store::data_survives_close_and_reopen_and_closed_stores_refuse_work,
             store::a_failed_insert_stores_none_of_its_events,
             store::an_id_already_stored_is_stored_once,
+            history::publishing_one_id_again_stores_and_delivers_it_once,
+            history::history_lists_by_type_status_and_time,
+            history::purge_removes_only_done_events_completed_at_or_before_the_cutoff,
             store::stats_count_by_status_type_and_retries,
             store::release_returns_claimed_events_without_an_attempt,
         );

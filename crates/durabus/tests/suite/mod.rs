@@ -3,6 +3,7 @@
 
 pub mod breaker;
 pub mod dlq;
+pub mod history;
 pub mod lifecycle;
 pub mod publish;
 pub mod retry;

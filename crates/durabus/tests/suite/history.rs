@@ -1,0 +1,189 @@
+//! Idempotent publish and the event history.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use durabus::{
+    Error, Event, EventBus, EventId, EventQuery, EventStatus, NewEvent, SubscribeOptions,
+};
+
+use crate::support::*;
+
+async fn counting_bus(h: &Harness, pattern: &str) -> (EventBus, Arc<AtomicUsize>) {
+    let bus = h.bus().await;
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    bus.subscribe(
+        pattern,
+        move |_e: Event| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    (bus, count)
+}
+
+pub async fn publishing_one_id_again_stores_and_delivers_it_once(h: &Harness) {
+    let (bus, count) = counting_bus(h, "order.*").await;
+    let event = NewEvent::new("order.placed", &1).unwrap();
+    let id = event.id;
+    assert_eq!(bus.publish_event(event.clone()).await.unwrap(), id);
+    assert_eq!(bus.publish_event(event.clone()).await.unwrap(), id);
+    assert_eq!(bus.enqueue_event(event.clone()).await.unwrap(), id);
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+    // Racing publishes of a fresh id: one stores and delivers it, all return the id.
+    let racer = NewEvent::new("order.paid", &2).unwrap();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (bus, racer) = (bus.clone(), racer.clone());
+            tokio::spawn(async move { bus.publish_event(racer).await })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap(), racer.id);
+    }
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    // A batch repeating stored ids stores only the new one; every id comes back.
+    let fresh = NewEvent::new("order.shipped", &3).unwrap();
+    let ids = bus
+        .enqueue_batch(vec![
+            event.clone(),
+            fresh.clone(),
+            racer.clone(),
+            fresh.clone(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![id, fresh.id, racer.id, fresh.id]);
+    bus.start().await.unwrap();
+    wait_status(&bus, fresh.id, EventStatus::Done).await;
+    let all = bus
+        .store()
+        .list_events(EventQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 3, "{all:?}");
+    bus.shutdown().await.unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+}
+
+pub async fn history_lists_by_type_status_and_time(h: &Harness) {
+    let (bus, _count) = counting_bus(h, "h.ok").await;
+    let t0 = h.clock.now();
+    let mut ids: Vec<EventId> = Vec::new();
+    for i in 0..6 {
+        let ty = if i % 2 == 0 { "h.ok" } else { "h.other" };
+        ids.push(bus.publish(ty, &i).await.unwrap());
+        h.advance(Duration::from_secs(60));
+    }
+    // One still pending (enqueued, the bus is not started).
+    let pending = bus.enqueue("h.ok", &99).await.unwrap();
+    let history = bus.history();
+    let q = |status, ty: Option<&str>, from: Option<u64>, before: Option<u64>| EventQuery {
+        status,
+        event_type: ty.map(str::to_owned),
+        created_from: from.map(|m| t0.plus(Duration::from_secs(m * 60))),
+        created_before: before.map(|m| t0.plus(Duration::from_secs(m * 60))),
+        ..EventQuery::default()
+    };
+    let ids_of = |events: Vec<Event>| events.into_iter().map(|e| e.id).collect::<Vec<_>>();
+    // Everything, newest first.
+    let mut newest_first = ids.clone();
+    newest_first.push(pending);
+    newest_first.reverse();
+    assert_eq!(
+        ids_of(history.list(q(None, None, None, None)).await.unwrap()),
+        newest_first
+    );
+    // Done events of one type.
+    assert_eq!(
+        ids_of(
+            history
+                .list(q(Some(EventStatus::Done), Some("h.ok"), None, None))
+                .await
+                .unwrap()
+        ),
+        vec![ids[4], ids[2], ids[0]]
+    );
+    // A time range: from is inclusive, before is exclusive.
+    assert_eq!(
+        ids_of(history.list(q(None, None, Some(1), Some(3))).await.unwrap()),
+        vec![ids[2], ids[1]]
+    );
+    assert_eq!(
+        ids_of(
+            history
+                .list(q(Some(EventStatus::Pending), Some("h.ok"), Some(6), None))
+                .await
+                .unwrap()
+        ),
+        vec![pending]
+    );
+    assert!(matches!(
+        history.list(q(None, None, Some(3), Some(3))).await,
+        Err(Error::InvalidConfig(_))
+    ));
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn purge_removes_only_done_events_completed_at_or_before_the_cutoff(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap();
+    bus.subscribe(
+        "p.ok",
+        |_e: Event| async { Ok(()) },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.subscribe(
+        "p.dead",
+        |_e: Event| async { Err("always fails".into()) },
+        SubscribeOptions::default().retry(durabus::RetryOverride::default().max_retries(0)),
+    )
+    .await
+    .unwrap();
+    let mut old = Vec::new();
+    for i in 0..7 {
+        old.push(bus.publish("p.ok", &i).await.unwrap());
+    }
+    let dead = bus.publish("p.dead", &0).await.unwrap();
+    assert_eq!(get(&bus, dead).await.status, EventStatus::Dlq);
+    h.advance(Duration::from_secs(86_400));
+    let edge = bus.publish("p.ok", &"edge").await.unwrap();
+    h.advance(Duration::from_millis(1));
+    let young = bus.publish("p.ok", &"young").await.unwrap();
+    let pending = bus.enqueue("p.ok", &"pending").await.unwrap();
+    // Now exactly one day after `edge` completed: edge is at the cutoff and goes.
+    let edge_done = get(&bus, edge).await.updated_at;
+    h.clock.set(edge_done.plus(Duration::from_secs(86_400)));
+    // Chunks of 3: the purge takes several transactions and still deletes all 8.
+    let history = bus.history().purge_chunk(3);
+    assert_eq!(history.purge(Duration::from_secs(86_400)).await.unwrap(), 8);
+    for id in old.iter().chain([&edge]) {
+        assert!(bus.store().get_event(*id).await.unwrap().is_none());
+    }
+    for id in [young, pending, dead] {
+        assert!(
+            bus.store().get_event(id).await.unwrap().is_some(),
+            "{id} kept"
+        );
+    }
+    assert_eq!(history.purge(Duration::from_secs(86_400)).await.unwrap(), 0);
+    assert_eq!(history.purge(Duration::ZERO).await.unwrap(), 1, "young");
+    assert!(bus.store().get_event(pending).await.unwrap().is_some());
+    assert!(bus.store().get_event(dead).await.unwrap().is_some());
+    bus.shutdown().await.unwrap();
+}
