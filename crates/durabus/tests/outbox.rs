@@ -1,0 +1,291 @@
+//! The transactional outbox on SQLite: events written in the application's own transaction,
+//! through its own connection, are delivered only if that transaction commits.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use durabus::rusqlite::Connection;
+use durabus::{
+    Error, Event, EventBus, EventId, EventStatus, NewEvent, Outbox, SqliteOptions, SubscribeOptions,
+};
+
+fn temp() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.db");
+    (dir, path)
+}
+
+/// A bus that only learns of other connections' commits from its watcher: the fallback poll
+/// is an hour, so a delivery within the test's deadline proves the watcher woke it.
+async fn bus(path: &Path, prefix: &str) -> (EventBus, Arc<Mutex<Vec<String>>>) {
+    let options = SqliteOptions {
+        table_prefix: prefix.to_owned(),
+        watch_interval: Some(Duration::from_millis(5)),
+        ..SqliteOptions::default()
+    };
+    let bus = EventBus::builder()
+        .sqlite_with(path, options)
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    bus.subscribe(
+        "order.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push(e.payload);
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    (bus, seen)
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+async fn status(bus: &EventBus, id: EventId) -> Option<EventStatus> {
+    bus.store().get_event(id).await.unwrap().map(|e| e.status)
+}
+
+fn app_connection(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)",
+    )
+    .unwrap();
+    conn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_event_is_delivered_and_a_rolled_back_one_never_exists() {
+    let (_dir, path) = temp();
+    let (bus, seen) = bus(&path, durabus::store::sqlite::DEFAULT_PREFIX).await;
+    let outbox = bus.outbox().unwrap();
+    let mut conn = app_connection(&path);
+
+    // Rolled back: neither the order nor the event exists.
+    let tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO orders (id, item) VALUES (1, 'lost')", [])
+        .unwrap();
+    let lost = outbox
+        .publish(&tx, "order.placed", &serde_json::json!({"order": 1}))
+        .unwrap();
+    tx.rollback().unwrap();
+
+    // Committed: both exist, and the event is delivered.
+    let tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO orders (id, item) VALUES (2, 'kept')", [])
+        .unwrap();
+    let kept = outbox
+        .publish(&tx, "order.placed", &serde_json::json!({"order": 2}))
+        .unwrap();
+    // Not visible to the bus before the commit.
+    assert_eq!(status(&bus, kept).await, None);
+    tx.commit().unwrap();
+
+    eventually("the committed event is delivered", || async {
+        status(&bus, kept).await == Some(EventStatus::Done)
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), vec![r#"{"order":2}"#.to_owned()]);
+    assert_eq!(status(&bus, lost).await, None);
+    let orders: i64 = conn
+        .query_row("SELECT count(*) FROM orders", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(orders, 1);
+    bus.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_from_another_connection_wake_an_idle_bus_without_polling() {
+    let (_dir, path) = temp();
+    let (bus, seen) = bus(&path, durabus::store::sqlite::DEFAULT_PREFIX).await;
+    let outbox = bus.outbox().unwrap();
+    let conn = app_connection(&path);
+    // Outside any transaction: the insert commits on its own.
+    for i in 0..3 {
+        let id = outbox.publish(&conn, "order.placed", &i).unwrap();
+        eventually("delivery", || async {
+            status(&bus, id).await == Some(EventStatus::Done)
+        })
+        .await;
+    }
+    assert_eq!(seen.lock().unwrap().len(), 3);
+    bus.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_batch_is_all_or_nothing_and_the_callers_transaction_survives() {
+    let (_dir, path) = temp();
+    let (bus, seen) = bus(&path, durabus::store::sqlite::DEFAULT_PREFIX).await;
+    let outbox = bus.outbox().unwrap().max_payload_bytes(64);
+    let mut conn = app_connection(&path);
+    let tx = conn.transaction().unwrap();
+    tx.execute("INSERT INTO orders (id, item) VALUES (1, 'a')", [])
+        .unwrap();
+    // Checked before anything is written: a bad type or an oversized payload in the middle.
+    let good = |i: i32| NewEvent::new("order.placed", &i).unwrap();
+    let oversized = NewEvent::new("order.placed", &"x".repeat(100)).unwrap();
+    let err = outbox
+        .publish_batch(&tx, vec![good(1), oversized, good(2)])
+        .unwrap_err();
+    assert!(matches!(err, Error::PayloadTooLarge { .. }), "{err}");
+    let bad_type = NewEvent {
+        event_type: "bad type!".into(),
+        ..good(3)
+    };
+    assert!(matches!(
+        outbox.publish_batch(&tx, vec![good(4), bad_type]),
+        Err(Error::InvalidEventType(..))
+    ));
+    // Refused by the database half way (a payload that is not JSON): the savepoint undoes the
+    // first event; the caller's own row is still there and its transaction commits.
+    let first = good(5);
+    let first_id = first.id;
+    let not_json = NewEvent {
+        payload: "{oops".into(),
+        ..good(6)
+    };
+    assert!(matches!(
+        outbox.publish_batch(&tx, vec![first, not_json, good(7)]),
+        Err(Error::Database(_))
+    ));
+    let batch = vec![good(8), good(9)];
+    let ids = outbox.publish_batch(&tx, batch).unwrap();
+    tx.commit().unwrap();
+    for id in &ids {
+        eventually("batch delivery", || async {
+            status(&bus, *id).await == Some(EventStatus::Done)
+        })
+        .await;
+    }
+    assert_eq!(status(&bus, first_id).await, None);
+    assert_eq!(*seen.lock().unwrap(), vec!["8".to_owned(), "9".to_owned()]);
+    let orders: i64 = conn
+        .query_row("SELECT count(*) FROM orders", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(orders, 1);
+    bus.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_publish_of_a_stored_id_is_skipped() {
+    let (_dir, path) = temp();
+    let (bus, seen) = bus(&path, durabus::store::sqlite::DEFAULT_PREFIX).await;
+    let outbox = bus.outbox().unwrap();
+    let conn = app_connection(&path);
+    let event = NewEvent::new("order.placed", &1).unwrap();
+    let id = outbox.publish_event(&conn, event.clone()).unwrap();
+    eventually("delivery", || async {
+        status(&bus, id).await == Some(EventStatus::Done)
+    })
+    .await;
+    // The application retries its transaction with the same event id: stored once.
+    assert_eq!(outbox.publish_event(&conn, event.clone()).unwrap(), id);
+    assert_eq!(bus.publish_event(event).await.unwrap(), id);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    assert_eq!(status(&bus, id).await, Some(EventStatus::Done));
+    bus.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
+    let (_dir, path) = temp();
+    // The application's database exists first, with its own tables (one named `events`).
+    {
+        let conn = app_connection(&path);
+        conn.execute_batch("CREATE TABLE events (what TEXT); INSERT INTO events VALUES ('mine');")
+            .unwrap();
+    }
+    let (bus, seen) = bus(&path, "app_bus_").await;
+    let conn = app_connection(&path);
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        tables,
+        vec![
+            "app_bus_events",
+            "app_bus_meta",
+            "app_bus_subscriptions",
+            "events",
+            "orders"
+        ]
+    );
+    let mine: String = conn
+        .query_row("SELECT what FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mine, "mine");
+    let id = bus
+        .outbox()
+        .unwrap()
+        .publish(&conn, "order.placed", &1)
+        .unwrap();
+    eventually("delivery", || async {
+        status(&bus, id).await == Some(EventStatus::Done)
+    })
+    .await;
+    assert_eq!(seen.lock().unwrap().len(), 1);
+    // An outbox with the wrong prefix says what is missing.
+    let err = Outbox::new()
+        .publish(&conn, "order.placed", &2)
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("durabus_events") && text.contains("prefix"),
+        "{text}"
+    );
+    assert!(matches!(
+        Outbox::with_prefix("bad-prefix"),
+        Err(Error::InvalidConfig(_))
+    ));
+    bus.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_store_options_are_refused() {
+    let (_dir, path) = temp();
+    for options in [
+        SqliteOptions {
+            table_prefix: "x; DROP TABLE orders".into(),
+            ..SqliteOptions::default()
+        },
+        SqliteOptions {
+            watch_interval: Some(Duration::ZERO),
+            ..SqliteOptions::default()
+        },
+    ] {
+        let err = durabus::SqliteStore::open(&path, options)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    }
+}
