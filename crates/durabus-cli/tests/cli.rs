@@ -256,3 +256,73 @@ fn stats_report_what_the_database_holds() {
         "{text}"
     );
 }
+
+#[test]
+fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shop.db");
+    let prefixed = |args: &[&str]| {
+        let mut all = vec!["--table-prefix", "shop_bus_"];
+        all.extend_from_slice(args);
+        durabus(&db, &all)
+    };
+    assert!(prefixed(&["demo", "--json"]).status.success());
+    // The default prefix finds no durabus tables in this file, and says so.
+    let wrong = durabus(&db, &["events", "list"]);
+    assert_one_line_failure(&wrong, "shop.db is not a durabus database");
+    assert!(
+        stderr(&wrong).contains("durabus_meta"),
+        "{}",
+        stderr(&wrong)
+    );
+    let bad = durabus(&db, &["--table-prefix", "x;y", "events", "list"]);
+    assert_one_line_failure(&bad, "table prefix");
+
+    let done = json(&prefixed(&["events", "list", "--status", "done", "--json"]));
+    let done = done.as_array().unwrap();
+    assert_eq!(done.len(), 7);
+    // A time range: everything was created after the epoch and before 2200.
+    let since = json(&prefixed(&[
+        "events",
+        "list",
+        "--since",
+        "1970-01-02T00:00:00Z",
+        "--until",
+        "2200-01-01T00:00:00Z",
+        "--json",
+    ]));
+    assert_eq!(since.as_array().unwrap().len(), 8);
+    let future = json(&prefixed(&[
+        "events",
+        "list",
+        "--since",
+        "2200-01-01T00:00:00Z",
+        "--json",
+    ]));
+    assert!(future.as_array().unwrap().is_empty());
+    let bad_time = prefixed(&["events", "list", "--since", "yesterday"]);
+    assert_eq!(bad_time.status.code(), Some(2), "{}", stderr(&bad_time));
+
+    let kept = json(&prefixed(&[
+        "events",
+        "purge",
+        "--older-than",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(kept["purged"], 0, "nothing completed a day ago");
+    let purged = json(&prefixed(&[
+        "events",
+        "purge",
+        "--older-than",
+        "0",
+        "--json",
+    ]));
+    assert_eq!(purged["purged"], 7);
+    let left = json(&prefixed(&["events", "list", "--json"]));
+    let left = left.as_array().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["status"], "dlq", "dead letters are not history");
+    let text = stdout(&prefixed(&["events", "purge", "--older-than", "0"]));
+    assert!(text.contains("purged 0 completed event(s)"), "{text}");
+}

@@ -41,6 +41,14 @@ impl Bench {
         EventBus::builder().sqlite(path).durability(self.durability)
     }
 
+    /// A builder on the database at `path` (new or not).
+    pub fn builder_at(&self, path: &std::path::Path) -> BusBuilder {
+        EventBus::builder()
+            .sqlite(path)
+            .durability(self.durability)
+            .concurrency(slots())
+    }
+
     /// A new database path.
     pub fn path(&self) -> std::path::PathBuf {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

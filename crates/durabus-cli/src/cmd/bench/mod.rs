@@ -3,6 +3,7 @@
 
 mod dlq;
 mod harness;
+mod history;
 mod pipeline;
 mod publish;
 
@@ -43,8 +44,11 @@ pub struct Args {
     /// Events pushed through the bus for the memory figure.
     #[arg(long, default_value_t = 1_000_000)]
     rss_events: u64,
+    /// Completed events in the database of the large-history comparison.
+    #[arg(long, default_value_t = 1_000_000)]
+    history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, recovery,
-    /// rss); the others are reported as 0. For profiling one path at a time.
+    /// rss, history); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -71,6 +75,17 @@ pub struct Report {
     pub recovery_100k_ms: f64,
     pub rss_start_mb: f64,
     pub rss_end_mb: f64,
+    /// Completed events in the database of the `history_*` figures.
+    pub history_events: u64,
+    /// 64 concurrent publishers, no worker running: empty database, then with the history.
+    pub empty_publish_eps: f64,
+    pub history_publish_eps: f64,
+    /// The bus started on that backlog until all are handled (claims and completions).
+    pub empty_drain_eps: f64,
+    pub history_drain_eps: f64,
+    /// End to end while the bus runs.
+    pub empty_e2e_eps: f64,
+    pub history_e2e_eps: f64,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -177,6 +192,24 @@ pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
         r.rss_start_mb = start;
         r.rss_end_mb = end;
     }
+    if want("history") {
+        r.history_events = scale(args.history_events, 50_000);
+        b.say("hot path with a large history of completed events");
+        let (empty, full) = history::compare(
+            &b,
+            r.history_events,
+            scale(100_000, 10_000),
+            args.concurrency,
+            runs,
+        )
+        .await?;
+        r.empty_publish_eps = empty.publish_eps;
+        r.history_publish_eps = full.publish_eps;
+        r.empty_drain_eps = empty.drain_eps;
+        r.history_drain_eps = full.drain_eps;
+        r.empty_e2e_eps = empty.e2e_eps;
+        r.history_e2e_eps = full.e2e_eps;
+    }
     r.seconds = started.elapsed().as_secs_f64();
 
     if json {
@@ -234,6 +267,26 @@ fn print_table(r: &Report) {
         ("RSS before (MB)", format!("{:.1}", r.rss_start_mb), "—"),
         ("RSS after (MB)", format!("{:.1}", r.rss_end_mb), "flat"),
     ];
+    let ratio = |with: f64, without: f64| {
+        if without > 0.0 {
+            format!("{:.0} ({:+.1} %)", with, (with / without - 1.0) * 100.0)
+        } else {
+            "—".into()
+        }
+    };
+    let history = [
+        (
+            "publish, 64 callers (ev/s)",
+            r.empty_publish_eps,
+            r.history_publish_eps,
+        ),
+        (
+            "drain a backlog (ev/s)",
+            r.empty_drain_eps,
+            r.history_drain_eps,
+        ),
+        ("end to end (ev/s)", r.empty_e2e_eps, r.history_e2e_eps),
+    ];
     println!();
     println!(
         "durability: {}   runs: {}   took {:.0} s",
@@ -242,5 +295,14 @@ fn print_table(r: &Report) {
     println!("{:<30}  {:>12}  target", "figure", "measured");
     for (name, value, target) in rows {
         println!("{name:<30}  {value:>12}  {target}");
+    }
+    println!();
+    println!(
+        "with {} completed events in history (target: within 10 % of empty)",
+        r.history_events
+    );
+    println!("{:<30}  {:>12}  {:>20}", "figure", "empty", "with history");
+    for (name, without, with) in history {
+        println!("{name:<30}  {without:>12.0}  {:>20}", ratio(with, without));
     }
 }

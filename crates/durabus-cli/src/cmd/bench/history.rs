@@ -1,0 +1,115 @@
+//! The hot path with a large history: publish, drain (claim and complete a backlog) and end to
+//! end on an empty database and on one holding many completed events.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use durabus::EventBus;
+
+use super::harness::{Bench, Counter, batches, event, median};
+
+const LIMIT: Duration = Duration::from_secs(600);
+
+/// Medians of the three figures on one kind of database, events/s.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Figures {
+    pub publish_eps: f64,
+    pub drain_eps: f64,
+    pub e2e_eps: f64,
+}
+
+/// Measures [`Figures`] `runs` times on fresh empty databases and `runs` times on one database
+/// that first had `history` events delivered through it (all `done`), each run pushing `n`
+/// events with `callers` concurrent publishers. Returns (empty, with history).
+pub async fn compare(
+    b: &Bench,
+    history: u64,
+    n: u64,
+    callers: usize,
+    runs: usize,
+) -> anyhow::Result<(Figures, Figures)> {
+    let big = b.path();
+    {
+        let bus = b.builder_at(&big).build().await?;
+        let counter = Arc::new(Counter::default());
+        counter.subscribe(&bus).await?;
+        bus.start().await?;
+        for events in batches(0, history) {
+            bus.enqueue_batch(events?).await?;
+        }
+        counter.wait_for(history, LIMIT).await?;
+        bus.shutdown().await?;
+    }
+    let mut empty = Vec::new();
+    let mut full = Vec::new();
+    // Warm-up on each, then interleaved runs so drift in the disk's speed hits both alike.
+    one_run(b, &b.path(), n, callers).await?;
+    one_run(b, &big, n, callers).await?;
+    for _ in 0..runs {
+        let fresh = b.path();
+        empty.push(one_run(b, &fresh, n, callers).await?);
+        let _ = std::fs::remove_file(&fresh);
+        full.push(one_run(b, &big, n, callers).await?);
+    }
+    b.cleanup();
+    Ok((medians(&empty), medians(&full)))
+}
+
+fn medians(v: &[Figures]) -> Figures {
+    Figures {
+        publish_eps: median(v.iter().map(|f| f.publish_eps).collect()),
+        drain_eps: median(v.iter().map(|f| f.drain_eps).collect()),
+        e2e_eps: median(v.iter().map(|f| f.e2e_eps).collect()),
+    }
+}
+
+/// On the database at `path`: `n` events from `callers` concurrent publishers with no worker
+/// running (publish), then the bus started on that backlog until all are handled (drain),
+/// then `n` more events in batches while the bus runs (end to end).
+async fn one_run(b: &Bench, path: &Path, n: u64, callers: usize) -> anyhow::Result<Figures> {
+    let bus = Arc::new(b.builder_at(path).build().await?);
+    let counter = Arc::new(Counter::default());
+    counter.subscribe(&bus).await?;
+
+    let per = n / callers as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(callers);
+    for c in 0..callers as u64 {
+        let bus = bus.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                bus.enqueue_event(event(c * per + i)?).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let published = per * callers as u64;
+    let publish_eps = published as f64 / start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    bus.start().await?;
+    counter.wait_for(published, LIMIT).await?;
+    let drain_eps = published as f64 / start.elapsed().as_secs_f64();
+
+    let start = Instant::now();
+    push(&bus, n).await?;
+    counter.wait_for(published + n, LIMIT).await?;
+    let e2e_eps = n as f64 / start.elapsed().as_secs_f64();
+    bus.shutdown().await?;
+    Ok(Figures {
+        publish_eps,
+        drain_eps,
+        e2e_eps,
+    })
+}
+
+async fn push(bus: &EventBus, n: u64) -> anyhow::Result<()> {
+    for events in batches(0, n) {
+        bus.enqueue_batch(events?).await?;
+    }
+    Ok(())
+}
