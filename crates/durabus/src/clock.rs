@@ -50,6 +50,11 @@ impl std::str::FromStr for Timestamp {
 }
 
 impl Timestamp {
+    /// The current time of the system clock.
+    pub fn now() -> Timestamp {
+        SystemClock.now()
+    }
+
     /// Milliseconds since the Unix epoch.
     pub fn as_millis(self) -> i64 {
         self.0

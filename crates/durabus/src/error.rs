@@ -83,6 +83,19 @@ pub enum Error {
         supported: i64,
     },
 
+    /// The database could not be reached in time (PostgreSQL down, network gone).
+    #[error(
+        "the database is unavailable: {0}; check that it is running and reachable, then retry"
+    )]
+    Unavailable(String),
+
+    /// The event is not held by this worker: it was already finalized, or its lease expired
+    /// and another worker took it over (fencing).
+    #[error(
+        "event {0} is not held by this worker: it was already finalized, or its lease expired and another worker took it over"
+    )]
+    NotHeld(String),
+
     /// The store has been closed.
     #[error("the store is closed")]
     StoreClosed,
@@ -109,6 +122,25 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl From<rusqlite::Error> for Error {
     fn from(err: rusqlite::Error) -> Self {
         Error::Database(err.to_string())
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl From<sqlx::Error> for Error {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::PoolTimedOut => {
+                Error::Unavailable("no connection became available in time".into())
+            }
+            sqlx::Error::PoolClosed => Error::StoreClosed,
+            sqlx::Error::Io(e) => Error::Unavailable(e.to_string()),
+            sqlx::Error::Database(e)
+                if e.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03") =>
+            {
+                Error::Unavailable(e.to_string())
+            }
+            other => Error::Database(other.to_string()),
+        }
     }
 }
 

@@ -13,8 +13,9 @@ macro_rules! contract {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $test() {
-                    let h = $make;
+                    let Some(h) = $make.await else { return };
                     crate::suite::$module::$test(&h).await;
+                    h.finish().await;
                 }
             )*
         }
@@ -76,4 +77,5 @@ macro_rules! all_contract_tests {
     };
 }
 
-all_contract_tests!(sqlite: crate::support::Harness::sqlite());
+all_contract_tests!(sqlite: async { Some(crate::support::Harness::sqlite()) });
+all_contract_tests!(postgres: crate::support::Harness::postgres());

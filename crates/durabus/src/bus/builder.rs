@@ -11,6 +11,8 @@ use crate::config::BusConfig;
 use crate::error::{Error, Result};
 use crate::retry::RetryPolicy;
 use crate::store::Store;
+#[cfg(feature = "postgres")]
+use crate::store::postgres::{PgOptions, PgStore};
 #[cfg(feature = "sqlite")]
 use crate::store::sqlite::{Durability, SqliteOptions, SqliteStore};
 
@@ -18,6 +20,11 @@ enum Source {
     None,
     #[cfg(feature = "sqlite")]
     Sqlite(PathBuf, SqliteOptions),
+    #[cfg(feature = "postgres")]
+    Postgres(String, PgOptions),
+    /// A target whose store this build cannot open.
+    #[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
+    Unsupported(String),
     Store(Arc<dyn Store>),
 }
 
@@ -55,6 +62,51 @@ impl BusBuilder {
     #[cfg(feature = "sqlite")]
     pub fn sqlite_with(mut self, path: impl Into<PathBuf>, options: SqliteOptions) -> Self {
         self.source = Source::Sqlite(path.into(), options);
+        self
+    }
+
+    /// Uses the PostgreSQL database at `url` (`postgres://user@host:port/db`), tables in the
+    /// `durabus` schema.
+    #[cfg(feature = "postgres")]
+    pub fn postgres(self, url: impl Into<String>) -> Self {
+        self.postgres_with(url, PgOptions::default())
+    }
+
+    /// Uses the PostgreSQL database at `url` with these store options (schema, pool size,
+    /// lease).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_with(mut self, url: impl Into<String>, options: PgOptions) -> Self {
+        self.source = Source::Postgres(url.into(), options);
+        self
+    }
+
+    /// Uses `target`: a `postgres://` or `postgresql://` URL selects PostgreSQL, anything else
+    /// is an SQLite file path. This is what the CLI's `--db` does.
+    pub fn database(mut self, target: &str) -> Self {
+        let is_pg = target.starts_with("postgres://") || target.starts_with("postgresql://");
+        self.source = if is_pg {
+            #[cfg(feature = "postgres")]
+            {
+                Source::Postgres(target.to_owned(), PgOptions::default())
+            }
+            #[cfg(not(feature = "postgres"))]
+            {
+                Source::Unsupported(
+                    "a postgres:// URL needs durabus built with the `postgres` feature".into(),
+                )
+            }
+        } else {
+            #[cfg(feature = "sqlite")]
+            {
+                Source::Sqlite(PathBuf::from(target), SqliteOptions::default())
+            }
+            #[cfg(not(feature = "sqlite"))]
+            {
+                Source::Unsupported(
+                    "an SQLite path needs durabus built with the `sqlite` feature".into(),
+                )
+            }
+        };
         self
     }
 
@@ -149,6 +201,17 @@ impl BusBuilder {
                 }
                 Arc::new(SqliteStore::open(path, options).await?)
             }
+            #[cfg(feature = "postgres")]
+            Source::Postgres(url, options) => {
+                #[cfg(feature = "sqlite")]
+                if self.durability.is_some() {
+                    return Err(Error::InvalidConfig(
+                        "durability() applies to SQLite; PostgreSQL commits follow its own synchronous_commit setting".into(),
+                    ));
+                }
+                Arc::new(PgStore::connect(&url, options).await?)
+            }
+            Source::Unsupported(why) => return Err(Error::InvalidConfig(why)),
             Source::Store(store) => {
                 #[cfg(feature = "sqlite")]
                 if self.durability.is_some() {

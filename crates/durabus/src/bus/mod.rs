@@ -2,6 +2,7 @@
 
 mod breakers;
 mod builder;
+mod manual;
 pub(crate) mod inflight;
 pub(crate) mod registry;
 
@@ -84,6 +85,12 @@ impl EventBus {
         BusBuilder::default()
     }
 
+    /// Opens a bus with default settings on `target`: a `postgres://` (or `postgresql://`) URL
+    /// selects PostgreSQL (with the `postgres` feature), anything else is an SQLite file path.
+    pub async fn connect(target: &str) -> Result<EventBus> {
+        Self::builder().database(target).build().await
+    }
+
     /// Opens a bus on the SQLite file at `path` (created if missing) with default settings.
     #[cfg(feature = "sqlite")]
     pub async fn open(path: impl AsRef<std::path::Path>) -> Result<EventBus> {
@@ -133,6 +140,24 @@ impl EventBus {
         Ok(store
             .outbox()
             .with_clock(self.inner.clock.clone())
+            .max_payload_bytes(self.inner.config.max_payload_bytes))
+    }
+
+    /// A [`PgOutbox`](crate::store::postgres::PgOutbox) for publishing inside the
+    /// application's own `sqlx` PostgreSQL transactions, on this bus's schema and payload
+    /// limit. Fails with [`Error::InvalidConfig`] when the bus's store is not PostgreSQL.
+    #[cfg(feature = "postgres")]
+    pub fn pg_outbox(&self) -> Result<crate::store::postgres::PgOutbox> {
+        let store = self
+            .inner
+            .store
+            .as_any()
+            .downcast_ref::<crate::store::postgres::PgStore>()
+            .ok_or_else(|| {
+                Error::InvalidConfig("this bus's store is not PostgreSQL".into())
+            })?;
+        Ok(store
+            .outbox()
             .max_payload_bytes(self.inner.config.max_payload_bytes))
     }
 

@@ -11,6 +11,8 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{Event, EventId, EventStatus, NewEvent};
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -213,6 +215,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// one transaction. Returns how many; callers repeat while it returns `limit`, so the write
     /// lock is never held for a whole large purge.
     async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
+
+    /// How often the dispatcher calls [`heartbeat`](Self::heartbeat) while it runs; `None`
+    /// (the default) for stores without leases.
+    fn heartbeat_interval(&self) -> Option<std::time::Duration> {
+        None
+    }
+
+    /// Renews the leases of the events this process holds, so other workers do not take over
+    /// an event whose handler is still running. The default does nothing.
+    async fn heartbeat(&self, now: Timestamp) -> Result<()> {
+        let _ = now;
+        Ok(())
+    }
 
     /// The store as [`Any`](std::any::Any), so callers can reach backend-specific features
     /// (such as [`SqliteStore::outbox`](sqlite::SqliteStore::outbox)) behind an `Arc<dyn Store>`.

@@ -19,6 +19,84 @@ use durabus::{
 pub trait Backend: Send + Sync {
     async fn open(&self) -> Arc<dyn Store>;
     fn name(&self) -> &'static str;
+    /// Removes what the test left behind.
+    async fn cleanup(&self) {}
+}
+
+/// The PostgreSQL the tests use: `DURABUS_TEST_PG_URL`, by default the local server.
+pub fn pg_url() -> String {
+    std::env::var("DURABUS_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+/// Whether PostgreSQL is reachable. Unreachable is a failure with `CI=true` and a skip
+/// (said on stderr) otherwise.
+pub async fn pg_available() -> bool {
+    let reachable = tokio::time::timeout(
+        Duration::from_secs(5),
+        durabus::sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&pg_url()),
+    )
+    .await
+    .is_ok_and(|r| r.is_ok());
+    if !reachable {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "PostgreSQL at {} is unreachable and CI=true requires it",
+            pg_url()
+        );
+        eprintln!("skipped: PostgreSQL at {} is unreachable", pg_url());
+    }
+    reachable
+}
+
+/// A fresh schema name for one test.
+pub fn unique_schema() -> String {
+    format!("t_{}", durabus::EventId::new().0.simple())
+}
+
+/// PostgreSQL, each test in its own schema (dropped at the end) so tests run in parallel.
+pub struct PgBackend {
+    pub schema: String,
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    async fn open(&self) -> Arc<dyn Store> {
+        let options = durabus::PgOptions {
+            schema: self.schema.clone(),
+            max_connections: 4,
+            ..durabus::PgOptions::default()
+        };
+        Arc::new(
+            durabus::PgStore::connect(&pg_url(), options)
+                .await
+                .expect("open postgres store"),
+        )
+    }
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+    async fn cleanup(&self) {
+        drop_schema(&self.schema).await;
+    }
+}
+
+/// Drops a test's schema.
+pub async fn drop_schema(schema: &str) {
+    if let Ok(pool) = durabus::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+    {
+        let _ = durabus::sqlx::raw_sql(durabus::sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
+        .execute(&pool)
+        .await;
+        pool.close().await;
+    }
 }
 
 pub struct SqliteBackend {
@@ -65,6 +143,24 @@ pub fn breaker_never_trips() -> durabus::BreakerConfig {
 }
 
 impl Harness {
+    /// A harness on PostgreSQL, or `None` (skipped) when it is unreachable outside CI.
+    pub async fn postgres() -> Option<Self> {
+        if !pg_available().await {
+            return None;
+        }
+        Some(Harness {
+            backend: Box::new(PgBackend {
+                schema: unique_schema(),
+            }),
+            clock: ManualClock::default(),
+        })
+    }
+
+    /// Cleans up after a passing test.
+    pub async fn finish(&self) {
+        self.backend.cleanup().await;
+    }
+
     pub fn sqlite() -> Self {
         Harness {
             backend: Box::new(SqliteBackend::new()),

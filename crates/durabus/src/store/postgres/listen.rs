@@ -1,0 +1,44 @@
+//! Wake-ups across processes: a `LISTEN` connection that notifies the dispatcher when another
+//! process publishes. When the connection drops, the dispatcher is woken (so it looks at once)
+//! and polls at its poll interval until the listener is back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::Notify;
+
+/// Listens on `channel` until the task is aborted.
+pub(super) async fn run(pool: PgPool, channel: String, wake: Arc<Notify>) {
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match listen_once(&pool, &channel, &wake).await {
+            Ok(()) => pause = Duration::from_millis(50),
+            Err(e) => {
+                tracing::warn!(error = %e, ?pause, "LISTEN connection lost; polling until it is back");
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
+        }
+        if pool.is_closed() {
+            return;
+        }
+        // Whatever was published meanwhile went unheard: look now.
+        wake.notify_one();
+        tokio::time::sleep(pause).await;
+    }
+}
+
+async fn listen_once(pool: &PgPool, channel: &str, wake: &Notify) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(channel).await?;
+    // Events published before LISTEN took effect would otherwise wait for a poll.
+    wake.notify_one();
+    loop {
+        match listener.try_recv().await? {
+            Some(_) => wake.notify_one(),
+            // The connection dropped; the next call reconnects and listens again.
+            None => wake.notify_one(),
+        }
+    }
+}

@@ -1,0 +1,721 @@
+//! The PostgreSQL store: many worker processes on many hosts share one queue.
+//!
+//! Workers claim due events in batches with `FOR UPDATE SKIP LOCKED`, so no two take the same
+//! row. A claim gives the worker a lease: its identity (`lease_owner`), a fresh `lease_token`
+//! and an expiry, renewed by a heartbeat while its handlers run. When a worker dies, its lease
+//! runs out and any other worker reclaims the events, counting the interrupted attempt. A
+//! completion is written only by the holder of the current token (fencing): a worker that
+//! stalled past its lease cannot overwrite the outcome of the worker that took over.
+//! Publishing sends `NOTIFY`, so idle workers in other processes wake at once; if the listening
+//! connection drops, workers poll until it is back.
+
+mod listen;
+mod outbox;
+mod rows;
+mod schema;
+mod sql;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{Postgres, Row, Transaction};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use uuid::Uuid;
+
+pub use outbox::PgOutbox;
+pub use schema::SCHEMA_VERSION;
+
+use self::sql::PgSql;
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventId, EventStatus, NewEvent};
+use crate::store::{
+    EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow,
+};
+
+/// The schema used unless another is configured.
+pub const DEFAULT_SCHEMA: &str = "durabus";
+
+/// Options of the PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// The PostgreSQL schema holding the bus's tables, created if missing. Independent buses
+    /// can share one database under different schemas. Defaults to [`DEFAULT_SCHEMA`].
+    pub schema: String,
+    /// Connections in the pool. Defaults to 10.
+    pub max_connections: u32,
+    /// How long a claimed event stays with its worker without a heartbeat before other workers
+    /// may take it over (the abandonment timeout). Defaults to 5 minutes; heartbeats renew it
+    /// every third of it.
+    pub lease: Duration,
+    /// How long a call waits for a connection (for example while PostgreSQL is down) before
+    /// failing with [`Error::Unavailable`]. Defaults to 5 s.
+    pub acquire_timeout: Duration,
+    /// Listen for other processes' publishes with `LISTEN/NOTIFY`. Defaults to `true`; without
+    /// it, workers find new events by polling.
+    pub listen: bool,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: DEFAULT_SCHEMA.to_owned(),
+            max_connections: 10,
+            lease: Duration::from_secs(300),
+            acquire_timeout: Duration::from_secs(5),
+            listen: true,
+        }
+    }
+}
+
+/// A [`Store`] on a PostgreSQL database.
+#[derive(Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    sql: Arc<PgSql>,
+    schema: String,
+    quoted: String,
+    channel: String,
+    worker: String,
+    lease_ms: i64,
+    lease: Duration,
+    /// The lease token of each event this process holds: completions carry it (fencing).
+    held: Mutex<HashMap<EventId, Uuid>>,
+    wake: Arc<Notify>,
+    closed: AtomicBool,
+    listener: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Checks a schema name: ASCII letters, digits and `_`, not starting with a digit, 1 to 48
+/// characters (it is written into SQL and into the notification channel's name).
+pub fn validate_schema(schema: &str) -> Result<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 48
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidConfig(format!(
+            "schema {schema:?} must be 1 to 48 ASCII letters, digits or '_', not starting with a digit"
+        )))
+    }
+}
+
+/// This process's identity on the rows it holds: host, process id and a random part.
+fn worker_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    let tag = Uuid::now_v7().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &tag[tag.len() - 8..])
+}
+
+/// A query on SQL built at run time (statements with the schema name filled in).
+pub(super) fn q(sql: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sqlx::AssertSqlSafe(sql))
+}
+
+fn json_list(items: &[String]) -> Option<String> {
+    if items.is_empty() {
+        None
+    } else {
+        serde_json::to_string(items).ok()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`), creating the schema
+    /// and migrating it (safe when many workers start at once). Fails with
+    /// [`Error::Unavailable`] when PostgreSQL cannot be reached within
+    /// [`PgOptions::acquire_timeout`].
+    pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore> {
+        validate_schema(&options.schema)?;
+        if options.lease < Duration::from_millis(30) {
+            return Err(Error::InvalidConfig(
+                "lease must be at least 30 ms (heartbeats renew it every third of it)".into(),
+            ));
+        }
+        if options.max_connections < 2 {
+            return Err(Error::InvalidConfig(
+                "max_connections must be at least 2".into(),
+            ));
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .connect(url)
+            .await
+            .map_err(|e| match e {
+                sqlx::Error::Configuration(c) => Error::InvalidConfig(format!(
+                    "bad PostgreSQL URL: {c}; expected postgres://user@host:port/database"
+                )),
+                other => Error::from(other),
+            })?;
+        let schema = options.schema.clone();
+        let quoted = format!("\"{schema}\"");
+        schema::migrate(&pool, &schema, &quoted).await?;
+        let wake = Arc::new(Notify::new());
+        let channel = format!("durabus_{schema}");
+        let listener = options
+            .listen
+            .then(|| tokio::spawn(listen::run(pool.clone(), channel.clone(), wake.clone())));
+        let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX);
+        Ok(PgStore {
+            sql: Arc::new(PgSql::new(&quoted)),
+            pool,
+            schema,
+            quoted,
+            channel,
+            worker: worker_identity(),
+            lease_ms,
+            lease: options.lease,
+            held: Mutex::new(HashMap::new()),
+            wake,
+            closed: AtomicBool::new(false),
+            listener: Mutex::new(listener),
+        })
+    }
+
+    /// This process's identity, recorded as `lease_owner` on the events it holds.
+    pub fn worker_id(&self) -> &str {
+        &self.worker
+    }
+
+    /// The schema holding the bus's tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The connection pool, for applications that share it.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// A [`PgOutbox`] writing into this store's tables inside the application's own `sqlx`
+    /// transactions.
+    pub fn outbox(&self) -> PgOutbox {
+        PgOutbox::new(self.sql.clone(), self.channel.clone())
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            Err(Error::StoreClosed)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<EventId, Uuid>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn notify_others(&self) -> Result<()> {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(&self.channel)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn record_in(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        outcomes: &[Outcome],
+        tokens: &[Option<Uuid>],
+        now: i64,
+    ) -> Result<Vec<bool>> {
+        let mut flags = vec![false; outcomes.len()];
+        let (mut ids, mut toks, mut delivered, mut at) = (vec![], vec![], vec![], vec![]);
+        for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
+            let (Outcome::Done { id, delivered: d }, Some(t)) = (o, t) else {
+                continue;
+            };
+            ids.push(id.0);
+            toks.push(*t);
+            delivered.push(json_list(d));
+            at.push(i);
+        }
+        if !ids.is_empty() {
+            let moved: Vec<Uuid> = q(&self.sql.done)
+                .bind(&ids)
+                .bind(&toks)
+                .bind(&delivered)
+                .bind(now)
+                .fetch_all(&mut **tx)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<Uuid, _>(0))
+                .collect::<std::result::Result<_, _>>()?;
+            for (k, id) in ids.iter().enumerate() {
+                flags[at[k]] = moved.contains(id);
+            }
+        }
+        for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
+            let Some(t) = t else { continue };
+            let n = match o {
+                Outcome::Done { .. } => continue,
+                Outcome::Retry {
+                    id,
+                    retry_count,
+                    errors,
+                    delivered,
+                    next_attempt_at,
+                } => q(&self.sql.retry)
+                    .bind(id.0)
+                    .bind(t)
+                    .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
+                    .bind(json_list(errors))
+                    .bind(json_list(delivered))
+                    .bind(now)
+                    .bind(next_attempt_at.as_millis())
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected(),
+                Outcome::Dead {
+                    id,
+                    retry_count,
+                    errors,
+                    delivered,
+                } => q(&self.sql.dead)
+                    .bind(id.0)
+                    .bind(t)
+                    .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
+                    .bind(json_list(errors))
+                    .bind(json_list(delivered))
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected(),
+            };
+            flags[i] = n == 1;
+        }
+        Ok(flags)
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn insert(
+        &self,
+        events: Vec<NewEvent>,
+        mode: InsertMode,
+        now: Timestamp,
+    ) -> Result<Vec<bool>> {
+        self.check()?;
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now_ms = now.as_millis();
+        let mut ids = Vec::with_capacity(events.len());
+        let mut types = Vec::with_capacity(events.len());
+        let mut payloads = Vec::with_capacity(events.len());
+        let mut metadata = Vec::with_capacity(events.len());
+        for e in &events {
+            ids.push(e.id.0);
+            types.push(e.event_type.as_str());
+            payloads.push(e.payload.as_str());
+            metadata.push(if e.metadata.is_empty() {
+                None
+            } else {
+                Some(serde_json::to_string(&e.metadata)?)
+            });
+        }
+        let token = Uuid::now_v7();
+        let claimed = mode == InsertMode::Claimed;
+        let rows = q(&self.sql.insert)
+            .bind(&ids)
+            .bind(&types)
+            .bind(&payloads)
+            .bind(&metadata)
+            .bind(if claimed { "processing" } else { "pending" })
+            .bind(now_ms)
+            .bind((!claimed).then_some(now_ms))
+            .bind(i32::from(claimed))
+            .bind(claimed.then_some(self.worker.as_str()))
+            .bind(claimed.then_some(token))
+            .bind(claimed.then_some(now_ms.saturating_add(self.lease_ms)))
+            .bind(claimed.then_some(now_ms))
+            .bind((!claimed).then_some(self.channel.as_str()))
+            .fetch_all(&self.pool)
+            .await?;
+        let stored: Vec<Uuid> = rows
+            .iter()
+            .map(|r| r.try_get::<Uuid, _>(0))
+            .collect::<std::result::Result<_, _>>()?;
+        if claimed {
+            let mut held = self.held();
+            for id in &stored {
+                held.insert(EventId(*id), token);
+            }
+        } else if !stored.is_empty() {
+            self.wake.notify_one();
+        }
+        Ok(ids.iter().map(|id| stored.contains(id)).collect())
+    }
+
+    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
+        self.check()?;
+        let token = Uuid::now_v7();
+        let rows = q(&self.sql.claim)
+            .bind(now.as_millis())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(&self.worker)
+            .bind(token)
+            .bind(self.lease_ms)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut events = Vec::with_capacity(rows.len());
+        let mut reclaimed = 0usize;
+        for row in &rows {
+            if row.try_get::<bool, _>("reclaimed")? {
+                reclaimed += 1;
+            }
+            events.push(rows::event(row)?);
+        }
+        if reclaimed > 0 {
+            tracing::warn!(
+                events = reclaimed,
+                worker = %self.worker,
+                "reclaimed events whose worker stopped renewing its lease"
+            );
+        }
+        events.sort_by_key(|e| (e.next_attempt_at, e.id));
+        let mut held = self.held();
+        for e in &events {
+            held.insert(e.id, token);
+        }
+        Ok(events)
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>> {
+        self.check()?;
+        let row = q(&self.sql.next_due)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
+    }
+
+    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool> {
+        let flags = self.record_many(vec![outcome], now).await?;
+        Ok(flags.first().copied().unwrap_or(false))
+    }
+
+    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
+        self.check()?;
+        let tokens: Vec<Option<Uuid>> = {
+            let held = self.held();
+            outcomes.iter().map(|o| held.get(&o.id()).copied()).collect()
+        };
+        let mut tx = self.pool.begin().await?;
+        let flags = self
+            .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
+            .await?;
+        tx.commit().await?;
+        {
+            let mut held = self.held();
+            for (o, t) in outcomes.iter().zip(&tokens) {
+                // Forget the token only if no newer claim replaced it meanwhile.
+                if held.get(&o.id()) == t.as_ref() {
+                    held.remove(&o.id());
+                }
+            }
+        }
+        for (o, ok) in outcomes.iter().zip(&flags) {
+            if !ok {
+                tracing::warn!(event_id = %o.id(), worker = %self.worker,
+                    "outcome not recorded: this worker no longer holds the event's lease");
+            }
+        }
+        if outcomes
+            .iter()
+            .any(|o| matches!(o, Outcome::Retry { .. }))
+        {
+            self.wake.notify_one();
+        }
+        Ok(flags)
+    }
+
+    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
+        self.check()?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+        let n = q(&self.sql.release)
+            .bind(&raw)
+            .bind(&self.worker)
+            .bind(now.as_millis())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        {
+            let mut held = self.held();
+            for id in &ids {
+                held.remove(id);
+            }
+        }
+        if n > 0 {
+            self.notify_others().await?;
+            self.wake.notify_one();
+        }
+        Ok(n)
+    }
+
+    async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
+        self.check()?;
+        let n = q(&self.sql.recover)
+            .bind(now.as_millis())
+            .bind(&self.worker)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        self.held().clear();
+        if n > 0 {
+            self.notify_others().await?;
+            self.wake.notify_one();
+        }
+        Ok(n)
+    }
+
+    async fn save_subscription(&self, row: SubscriptionRow) -> Result<()> {
+        self.check()?;
+        let mut tx = self.pool.begin().await?;
+        if let Some(name) = &row.name {
+            q(&self.sql.subscription_free_name)
+                .bind(name)
+                .bind(&row.id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        q(&self.sql.subscription_save)
+            .bind(&row.id)
+            .bind(&row.name)
+            .bind(&row.event_type)
+            .bind(row.created_at.as_millis())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn delete_subscription(&self, id: &str) -> Result<bool> {
+        self.check()?;
+        Ok(q(&self.sql.subscription_delete)
+            .bind(id)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            == 1)
+    }
+
+    async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>> {
+        self.check()?;
+        q(&self.sql.subscriptions)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(SubscriptionRow {
+                    id: r.try_get(0)?,
+                    name: r.try_get(1)?,
+                    event_type: r.try_get(2)?,
+                    created_at: Timestamp(r.try_get(3)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn get_event(&self, id: EventId) -> Result<Option<Event>> {
+        self.check()?;
+        q(&self.sql.get_event)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::event)
+            .transpose()
+    }
+
+    async fn list_events(&self, query: EventQuery) -> Result<Vec<Event>> {
+        self.check()?;
+        let s = &self.quoted;
+        let source = match query.status {
+            Some(EventStatus::Done) => format!(
+                "(SELECT {} FROM {s}.event_log) AS t",
+                sql::EVENT_COLUMNS.replace("next_attempt_at, dlq_at", "NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at")
+            ),
+            Some(_) => format!("(SELECT {} FROM {s}.events) AS t", sql::EVENT_COLUMNS),
+            None => self.sql.all_events.clone(),
+        };
+        let mut terms = Vec::new();
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if let Some(st) = query.status {
+            terms.push(format!("status = '{}'", st.as_str()));
+        }
+        if query.event_type.is_some() {
+            terms.push(format!("type = ${}", next()));
+        }
+        if query.created_from.is_some() {
+            terms.push(format!("created_at >= ${}", next()));
+        }
+        if query.created_before.is_some() {
+            terms.push(format!("created_at < ${}", next()));
+        }
+        let filter = if terms.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", terms.join(" AND "))
+        };
+        let (limit, offset) = (next(), next());
+        let text = format!(
+            "SELECT * FROM {source} {filter} ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${offset}"
+        );
+        let mut stmt = q(&text);
+        if let Some(t) = query.event_type {
+            stmt = stmt.bind(t);
+        }
+        for bound in [query.created_from, query.created_before].into_iter().flatten() {
+            stmt = stmt.bind(bound.as_millis());
+        }
+        stmt.bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::event)
+            .collect()
+    }
+
+    async fn counts(&self) -> Result<Vec<StatusCount>> {
+        self.check()?;
+        q(&self.sql.counts)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(StatusCount {
+                    event_type: r.try_get(0)?,
+                    status: r.try_get::<String, _>(1)?.parse()?,
+                    count: u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn retry_counts(&self) -> Result<Vec<RetryCount>> {
+        self.check()?;
+        q(&self.sql.retry_counts)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(RetryCount {
+                    status: r.try_get::<String, _>(0)?.parse()?,
+                    retry_count: u32::try_from(r.try_get::<i32, _>(1)?).unwrap_or(0),
+                    count: u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn dlq_retry(&self, id: EventId, now: Timestamp) -> Result<bool> {
+        self.check()?;
+        let n = q(&self.sql.dlq_retry)
+            .bind(id.0)
+            .bind(now.as_millis())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if n == 1 {
+            self.notify_others().await?;
+            self.wake.notify_one();
+        }
+        Ok(n == 1)
+    }
+
+    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64> {
+        self.check()?;
+        Ok(q(&self.sql.dlq_purge)
+            .bind(cutoff.as_millis())
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
+        self.check()?;
+        Ok(q(&self.sql.history_purge)
+            .bind(cutoff.as_millis())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    fn heartbeat_interval(&self) -> Option<Duration> {
+        Some(self.lease / 3)
+    }
+
+    async fn heartbeat(&self, now: Timestamp) -> Result<()> {
+        self.check()?;
+        q(&self.sql.renew)
+            .bind(&self.worker)
+            .bind(now.as_millis().saturating_add(self.lease_ms))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn wakeups(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    async fn close(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        if let Some(task) = self
+            .listener
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+        {
+            task.abort();
+        }
+        // Anything still held was abandoned (a drain timeout): let other workers take it now.
+        if !self.held().is_empty() {
+            let abandoned = q(&self.sql.abandon)
+                .bind(&self.worker)
+                .bind(0i64)
+                .execute(&self.pool)
+                .await;
+            if let Err(e) = abandoned {
+                tracing::warn!(error = %e, "could not hand back held events; their leases expire instead");
+            }
+            self.held().clear();
+        }
+        self.pool.close().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,127 @@
+//! Publishing inside the application's own `sqlx` PostgreSQL transaction.
+
+use std::sync::Arc;
+
+use sqlx::{PgConnection, Row};
+
+use super::q;
+use uuid::Uuid;
+
+use super::sql::PgSql;
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::{EventId, NewEvent};
+use crate::pattern::validate_event_type;
+
+/// Writes events into a PostgreSQL bus's tables inside the application's own transaction: the
+/// events exist, and are delivered, only if that transaction commits. The `NOTIFY` that wakes
+/// workers is part of the transaction too, so it is sent on commit and never for a rollback.
+///
+/// Get one from [`PgStore::outbox`](super::PgStore::outbox) or
+/// [`EventBus::pg_outbox`](crate::EventBus::pg_outbox).
+///
+/// ```no_run
+/// # async fn demo(bus: durabus::EventBus, pool: sqlx::PgPool) -> durabus::Result<()> {
+/// let outbox = bus.pg_outbox()?;
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("INSERT INTO orders (id) VALUES (1)").execute(&mut *tx).await?;
+/// outbox.publish(&mut tx, "order.placed", &serde_json::json!({"order": 1}), durabus::Timestamp::now()).await?;
+/// tx.commit().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct PgOutbox {
+    sql: Arc<PgSql>,
+    channel: String,
+    max_payload_bytes: usize,
+}
+
+impl PgOutbox {
+    pub(super) fn new(sql: Arc<PgSql>, channel: String) -> PgOutbox {
+        PgOutbox {
+            sql,
+            channel,
+            max_payload_bytes: 1024 * 1024,
+        }
+    }
+
+    /// Sets the payload size limit in bytes (1 MiB unless set).
+    #[must_use]
+    pub fn max_payload_bytes(mut self, limit: usize) -> Self {
+        self.max_payload_bytes = limit;
+        self
+    }
+
+    /// Writes one event of `event_type` with `payload` on `conn` (a `sqlx` transaction
+    /// dereferences to one), created and due at `now`. Fails like
+    /// [`Outbox::publish`](crate::Outbox::publish); nothing is written then.
+    pub async fn publish<T: serde::Serialize + ?Sized>(
+        &self,
+        conn: &mut PgConnection,
+        event_type: &str,
+        payload: &T,
+        now: Timestamp,
+    ) -> Result<EventId> {
+        let event = NewEvent::new(event_type, payload)?;
+        let id = event.id;
+        self.publish_batch(conn, vec![event], now).await?;
+        Ok(id)
+    }
+
+    /// Writes many events on `conn` in one statement, all or none. Events whose id is already
+    /// stored are skipped (idempotent publish). Returns the ids in order.
+    pub async fn publish_batch(
+        &self,
+        conn: &mut PgConnection,
+        events: Vec<NewEvent>,
+        now: Timestamp,
+    ) -> Result<Vec<EventId>> {
+        for e in &events {
+            validate_event_type(&e.event_type)?;
+            if e.payload.len() > self.max_payload_bytes {
+                return Err(Error::PayloadTooLarge {
+                    size: e.payload.len(),
+                    limit: self.max_payload_bytes,
+                });
+            }
+        }
+        let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+        if events.is_empty() {
+            return Ok(ids);
+        }
+        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+        let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+        let payloads: Vec<&str> = events.iter().map(|e| e.payload.as_str()).collect();
+        let metadata = events
+            .iter()
+            .map(|e| {
+                if e.metadata.is_empty() {
+                    Ok(None)
+                } else {
+                    serde_json::to_string(&e.metadata).map(Some)
+                }
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let now = now.as_millis();
+        let rows = q(&self.sql.insert)
+            .bind(&raw)
+            .bind(&types)
+            .bind(&payloads)
+            .bind(&metadata)
+            .bind("pending")
+            .bind(now)
+            .bind(Some(now))
+            .bind(0i32)
+            .bind(None::<&str>)
+            .bind(None::<Uuid>)
+            .bind(None::<i64>)
+            .bind(None::<i64>)
+            .bind(&self.channel)
+            .fetch_all(&mut *conn)
+            .await?;
+        for r in &rows {
+            r.try_get::<Uuid, _>(0)?;
+        }
+        Ok(ids)
+    }
+}

@@ -1,0 +1,189 @@
+//! The PostgreSQL store's statements, built once for its schema.
+
+/// The columns every event query selects, in the order [`super::rows::event`] reads them.
+pub const EVENT_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
+     metadata, delivered, created_at, updated_at, next_attempt_at, dlq_at";
+
+/// The event log's rows with the live table's columns.
+const LOG_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
+     metadata, delivered, created_at, updated_at, NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at";
+
+/// Statements for one schema (`s` is the quoted schema name).
+#[derive(Debug, Clone)]
+pub struct PgSql {
+    pub insert: String,
+    pub claim: String,
+    pub done: String,
+    pub retry: String,
+    pub dead: String,
+    pub release: String,
+    pub recover: String,
+    pub renew: String,
+    pub abandon: String,
+    pub subscription_free_name: String,
+    pub subscription_save: String,
+    pub subscription_delete: String,
+    pub subscriptions: String,
+    pub next_due: String,
+    pub get_event: String,
+    pub counts: String,
+    pub retry_counts: String,
+    pub dlq_retry: String,
+    pub dlq_purge: String,
+    pub history_purge: String,
+    pub all_events: String,
+}
+
+impl PgSql {
+    pub fn new(s: &str) -> PgSql {
+        PgSql {
+            // Stores the events whose id is neither live nor in the log; returns the ids stored.
+            // Stores the events whose id is neither live nor in the log; returns the ids stored
+            // and, if any were stored and `$13` names a channel, notifies it (sent on commit).
+            insert: format!(
+                "WITH ins AS (
+                     INSERT INTO {s}.events (id, type, payload, status, metadata, created_at, updated_at,
+                         next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at)
+                     SELECT u.id, u.type, u.payload::json, $5, u.metadata, $6, $6, $7, $8, $9, $10, $11, $12
+                     FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, type, payload, metadata)
+                     WHERE NOT EXISTS (SELECT 1 FROM {s}.event_log l WHERE l.id = u.id)
+                     ON CONFLICT (id) DO NOTHING
+                     RETURNING id),
+                 n AS (SELECT count(pg_notify($13::text, '')) AS c
+                       FROM (SELECT 1 FROM ins WHERE $13::text IS NOT NULL LIMIT 1) AS x)
+                 SELECT ins.id FROM ins, n"
+            ),
+            // Due pending events and events whose lease expired (their worker is gone: the
+            // interrupted attempt counts), locked with SKIP LOCKED so concurrent workers never
+            // take the same row.
+            claim: format!(
+                "WITH expired AS (
+                     SELECT id FROM {s}.events
+                     WHERE status = 'processing' AND lease_expires_at <= $1
+                     ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 due AS (
+                     SELECT id FROM {s}.events
+                     WHERE status = 'pending' AND next_attempt_at <= $1
+                     ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 picked AS (
+                     SELECT id, true AS reclaimed FROM expired
+                     UNION ALL SELECT id, false FROM due LIMIT $2)
+                 UPDATE {s}.events e SET
+                     status = 'processing',
+                     attempts = e.attempts + 1,
+                     retry_count = CASE WHEN p.reclaimed THEN e.retry_count + 1 ELSE e.retry_count END,
+                     last_error = CASE WHEN p.reclaimed THEN
+                         (coalesce(e.last_error::jsonb, '[]'::jsonb)
+                          || jsonb_build_array('interrupted: the worker ' || coalesce(e.lease_owner, '?')
+                                               || ' stopped renewing its lease'))::text
+                         ELSE e.last_error END,
+                     lease_owner = $3, lease_token = $4, lease_expires_at = $1 + $5,
+                     processing_started_at = $1, updated_at = $1
+                 FROM picked p WHERE e.id = p.id
+                 RETURNING e.id, e.type, e.payload::text AS payload, e.status, e.retry_count, e.last_error,
+                     e.metadata, e.delivered, e.created_at, e.updated_at, e.next_attempt_at, e.dlq_at, p.reclaimed"
+            ),
+            // Done: moved to the event log, if the caller still holds the lease (fencing).
+            done: format!(
+                "WITH o AS (SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[]) AS o(id, token, delivered)),
+                 moved AS (
+                     DELETE FROM {s}.events e USING o
+                     WHERE e.id = o.id AND e.status = 'processing' AND e.lease_token = o.token
+                     RETURNING e.*, o.delivered AS now_delivered)
+                 INSERT INTO {s}.event_log (id, type, payload, status, retry_count, attempts, last_error,
+                     metadata, delivered, created_at, updated_at)
+                 SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata,
+                     now_delivered, created_at, $4 FROM moved
+                 ON CONFLICT (id) DO NOTHING
+                 RETURNING id"
+            ),
+            retry: format!(
+                "UPDATE {s}.events SET status = 'pending', retry_count = $3, last_error = $4, delivered = $5,
+                     updated_at = $6, next_attempt_at = $7,
+                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                 WHERE id = $1 AND status = 'processing' AND lease_token = $2"
+            ),
+            dead: format!(
+                "UPDATE {s}.events SET status = 'dlq', retry_count = $3, last_error = $4, delivered = $5,
+                     updated_at = $6, dlq_at = $6, next_attempt_at = NULL,
+                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                 WHERE id = $1 AND status = 'processing' AND lease_token = $2"
+            ),
+            release: format!(
+                "UPDATE {s}.events SET status = 'pending', updated_at = $3, next_attempt_at = $3,
+                     attempts = greatest(attempts - 1, 0),
+                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                 WHERE id = ANY($1) AND status = 'processing' AND lease_owner = $2"
+            ),
+            // This worker is starting: what it held before, what nobody holds and what a dead
+            // worker held (lease expired) goes back to pending, the attempt counted.
+            recover: format!(
+                "UPDATE {s}.events SET status = 'pending', retry_count = retry_count + 1,
+                     last_error = (coalesce(last_error::jsonb, '[]'::jsonb)
+                         || '[\"interrupted: the process stopped during this attempt\"]'::jsonb)::text,
+                     updated_at = $1, next_attempt_at = $1,
+                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                 WHERE status = 'processing'
+                     AND (lease_owner = $2 OR lease_owner IS NULL OR lease_expires_at <= $1)"
+            ),
+            renew: format!(
+                "UPDATE {s}.events SET lease_expires_at = $2
+                 WHERE status = 'processing' AND lease_owner = $1"
+            ),
+            // Closing with events still held (handlers abandoned at a drain timeout): their
+            // leases end now, so other workers take them over at once.
+            abandon: format!(
+                "UPDATE {s}.events SET lease_expires_at = $2
+                 WHERE status = 'processing' AND lease_owner = $1"
+            ),
+            subscription_free_name: format!(
+                "DELETE FROM {s}.subscriptions WHERE name = $1 AND id <> $2"
+            ),
+            subscription_save: format!(
+                "INSERT INTO {s}.subscriptions (id, name, event_type, created_at) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, event_type = excluded.event_type"
+            ),
+            subscription_delete: format!("DELETE FROM {s}.subscriptions WHERE id = $1"),
+            subscriptions: format!(
+                "SELECT id, name, event_type, created_at FROM {s}.subscriptions ORDER BY created_at, id"
+            ),
+            next_due: format!(
+                "SELECT min(t) FROM (
+                     (SELECT next_attempt_at AS t FROM {s}.events WHERE status = 'pending'
+                      ORDER BY next_attempt_at LIMIT 1)
+                     UNION ALL
+                     (SELECT lease_expires_at FROM {s}.events WHERE status = 'processing'
+                      ORDER BY lease_expires_at LIMIT 1)) AS d"
+            ),
+            get_event: format!(
+                "SELECT {EVENT_COLUMNS} FROM {s}.events WHERE id = $1
+                 UNION ALL SELECT {LOG_COLUMNS} FROM {s}.event_log WHERE id = $1"
+            ),
+            counts: format!(
+                "SELECT type, status, count(*) FROM (
+                     SELECT type, status FROM {s}.events UNION ALL SELECT type, status FROM {s}.event_log) AS a
+                 GROUP BY type, status ORDER BY type, status"
+            ),
+            retry_counts: format!(
+                "SELECT status, retry_count, count(*) FROM (
+                     SELECT status, retry_count FROM {s}.events
+                     UNION ALL SELECT status, retry_count FROM {s}.event_log) AS a
+                 GROUP BY status, retry_count ORDER BY status, retry_count"
+            ),
+            dlq_retry: format!(
+                "UPDATE {s}.events SET status = 'pending', retry_count = 0, last_error = NULL, dlq_at = NULL,
+                     updated_at = $2, next_attempt_at = $2
+                 WHERE id = $1 AND status = 'dlq'"
+            ),
+            dlq_purge: format!("DELETE FROM {s}.events WHERE status = 'dlq' AND created_at <= $1"),
+            history_purge: format!(
+                "DELETE FROM {s}.event_log WHERE id IN
+                     (SELECT id FROM {s}.event_log WHERE status = 'done' AND updated_at <= $1 LIMIT $2)"
+            ),
+            all_events: format!(
+                "(SELECT {EVENT_COLUMNS} FROM {s}.events
+                  UNION ALL SELECT {LOG_COLUMNS} FROM {s}.event_log) AS all_events"
+            ),
+        }
+    }
+}
