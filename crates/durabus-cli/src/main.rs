@@ -3,7 +3,6 @@
 mod cmd;
 mod output;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -12,14 +11,22 @@ use clap::{Parser, Subcommand};
 #[derive(Debug, Parser)]
 #[command(name = "durabus", version, about)]
 struct Cli {
-    /// The database file.
+    /// The database: an SQLite file, or a PostgreSQL URL (postgres://user@host:port/db).
     #[arg(
         long,
         global = true,
         env = "DURABUS_DB",
         default_value = "./durabus.db"
     )]
-    db: PathBuf,
+    db: String,
+    /// The PostgreSQL schema holding durabus's tables.
+    #[arg(
+        long,
+        global = true,
+        env = "DURABUS_PG_SCHEMA",
+        default_value = durabus::store::postgres::DEFAULT_SCHEMA
+    )]
+    schema: String,
     /// The prefix of durabus's table names in the database (as the application configured it).
     #[arg(
         long,
@@ -49,7 +56,11 @@ enum Command {
     /// Counts by status and type, the retry count distribution, and the DLQ rate per type.
     Stats,
     /// Measure throughput, latency, recovery and memory on fresh databases (build with --release).
+    /// With --db postgres://… it measures PostgreSQL with --workers worker processes.
     Bench(cmd::bench::Args),
+    /// One worker process of the PostgreSQL benchmark (started by `bench`).
+    #[command(hide = true)]
+    BenchWorker(cmd::worker::Args),
 }
 
 fn main() -> ExitCode {
@@ -69,8 +80,9 @@ fn main() -> ExitCode {
         }
     };
     let db = cmd::Db {
-        path: cli.db,
+        target: cli.db,
         table_prefix: cli.table_prefix,
+        schema: cli.schema,
     };
     let result = runtime.block_on(async {
         match cli.command {
@@ -78,7 +90,8 @@ fn main() -> ExitCode {
             Command::Events(c) => cmd::events::run(&db, cli.json, c).await,
             Command::Dlq(c) => cmd::dlq::run(&db, cli.json, c).await,
             Command::Stats => cmd::stats::run(&db, cli.json).await,
-            Command::Bench(args) => cmd::bench::run(cli.json, args).await,
+            Command::Bench(args) => cmd::bench::run(&db, cli.json, args).await,
+            Command::BenchWorker(args) => cmd::worker::run(&db, args).await,
         }
     });
     match result {

@@ -84,9 +84,7 @@ pub enum Error {
     },
 
     /// The database could not be reached in time (PostgreSQL down, network gone).
-    #[error(
-        "the database is unavailable: {0}; check that it is running and reachable, then retry"
-    )]
+    #[error("the database is unavailable: {0}; check that it is running and reachable, then retry")]
     Unavailable(String),
 
     /// The event is not held by this worker: it was already finalized, or its lease expired
@@ -135,7 +133,8 @@ impl From<sqlx::Error> for Error {
             sqlx::Error::PoolClosed => Error::StoreClosed,
             sqlx::Error::Io(e) => Error::Unavailable(e.to_string()),
             sqlx::Error::Database(e)
-                if e.code().is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03") =>
+                if e.code()
+                    .is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03") =>
             {
                 Error::Unavailable(e.to_string())
             }

@@ -71,15 +71,15 @@ pub use retry::{RetryOverride, RetryPolicy};
 /// transactions through an [`Outbox`].
 #[cfg(feature = "sqlite")]
 pub use rusqlite;
-pub use stats::{StoreStats, TypeStats};
-#[cfg(feature = "sqlite")]
-pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
-#[cfg(feature = "postgres")]
-pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 /// The `sqlx` durabus links, for applications that publish inside their own PostgreSQL
 /// transactions through a [`PgOutbox`].
 #[cfg(feature = "postgres")]
 pub use sqlx;
+pub use stats::{StoreStats, TypeStats};
+#[cfg(feature = "postgres")]
+pub use store::postgres::{PgOptions, PgOutbox, PgStore};
+#[cfg(feature = "sqlite")]
+pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow};
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use durabus::pattern::Pattern;
 use durabus::{
-    BreakerConfig, Event, EventBus, EventId, EventStatus, MetricsSnapshot, NewEvent, RetryPolicy,
+    BreakerConfig, Event, EventId, EventStatus, MetricsSnapshot, NewEvent, RetryPolicy,
     StatusCount, SubscribeOptions, SubscriptionBreaker,
 };
 use serde::Serialize;
@@ -55,7 +55,7 @@ async fn refuse_foreign_work(db: &crate::cmd::Db) -> anyhow::Result<()> {
     anyhow::ensure!(
         foreign == 0,
         "{} holds {foreign} pending event(s) of types the demo does not handle; run the demo on its own database (--db demo.db)",
-        db.path.display()
+        db.display()
     );
     Ok(())
 }
@@ -76,11 +76,11 @@ struct Summary {
 
 pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<()> {
     let started = Instant::now();
-    if db.path.exists() {
+    if db.exists() {
         refuse_foreign_work(db).await?;
     }
-    let bus = EventBus::builder()
-        .sqlite_with(&db.path, db.options())
+    let bus = db
+        .builder()
         .retry_policy(RetryPolicy {
             max_retries: 2,
             base_delay: Duration::from_millis(100),
@@ -96,7 +96,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         })
         .build()
         .await
-        .with_context(|| format!("cannot open {}", db.path.display()))?;
+        .with_context(|| format!("cannot open {}", db.display()))?;
     let calls = Arc::new(AtomicU32::new(0));
     let say = move |line: String| {
         if !json {
@@ -165,7 +165,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     .await?;
     bus.start().await?;
 
-    say(format!("publishing to {}", db.path.display()));
+    say(format!("publishing to {}", db.display()));
     let mut ids = Vec::new();
     ids.push(
         bus.publish(
@@ -220,7 +220,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     bus.shutdown().await?;
 
     let summary = Summary {
-        database: db.path.display().to_string(),
+        database: db.display().to_string(),
         published: ids.len(),
         delivered: events
             .iter()
@@ -276,8 +276,8 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     }
     println!();
     println!(
-        "inspect the dead letters:  durabus --db {} dlq list",
-        db.path.display()
+        "inspect the dead letters:  durabus {} dlq list",
+        db.cli_args()
     );
     Ok(())
 }

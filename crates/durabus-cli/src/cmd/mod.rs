@@ -5,36 +5,108 @@ pub mod demo;
 pub mod dlq;
 pub mod events;
 pub mod stats;
+pub mod worker;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::Arc;
 
-use durabus::{SqliteOptions, SqliteStore, Store};
+use durabus::{BusBuilder, EventBus, PgOptions, PgStore, SqliteOptions, SqliteStore, Store};
 
-/// The database the command works on.
+/// The database the command works on: an SQLite file, or a PostgreSQL URL.
 #[derive(Debug, Clone)]
 pub struct Db {
-    /// The file.
-    pub path: PathBuf,
-    /// The prefix of durabus's table names in it.
+    /// The file path or the `postgres://` URL.
+    pub target: String,
+    /// The prefix of durabus's table names in an SQLite file.
     pub table_prefix: String,
+    /// The schema of durabus's tables in PostgreSQL.
+    pub schema: String,
 }
 
 impl Db {
-    /// Store options for this database.
-    pub fn options(&self) -> SqliteOptions {
+    /// Whether the target is a PostgreSQL URL.
+    pub fn is_postgres(&self) -> bool {
+        self.target.starts_with("postgres://") || self.target.starts_with("postgresql://")
+    }
+
+    /// The SQLite file.
+    pub fn path(&self) -> &Path {
+        Path::new(&self.target)
+    }
+
+    /// Whether the database may already hold events (an SQLite file that exists; PostgreSQL
+    /// always may).
+    pub fn exists(&self) -> bool {
+        self.is_postgres() || self.path().exists()
+    }
+
+    /// The target for messages, without a password.
+    pub fn display(&self) -> String {
+        if !self.is_postgres() {
+            return self.target.clone();
+        }
+        match (self.target.find("://"), self.target.rfind('@')) {
+            (Some(scheme), Some(at)) if self.target[scheme + 3..at].contains(':') => {
+                let user_end = self.target[scheme + 3..at]
+                    .find(':')
+                    .map_or(at, |i| scheme + 3 + i);
+                format!("{}:***{}", &self.target[..user_end], &self.target[at..])
+            }
+            _ => self.target.clone(),
+        }
+    }
+
+    /// The options that select this database on the command line.
+    pub fn cli_args(&self) -> String {
+        let mut args = format!("--db {}", self.display());
+        if self.is_postgres() && self.schema != durabus::store::postgres::DEFAULT_SCHEMA {
+            args.push_str(&format!(" --schema {}", self.schema));
+        }
+        if !self.is_postgres() && self.table_prefix != durabus::store::sqlite::DEFAULT_PREFIX {
+            args.push_str(&format!(" --table-prefix {}", self.table_prefix));
+        }
+        args
+    }
+
+    fn sqlite_options(&self) -> SqliteOptions {
         SqliteOptions {
             table_prefix: self.table_prefix.clone(),
             ..SqliteOptions::default()
+        }
+    }
+
+    /// PostgreSQL store options for this database.
+    pub fn pg_options(&self) -> PgOptions {
+        PgOptions {
+            schema: self.schema.clone(),
+            ..PgOptions::default()
+        }
+    }
+
+    /// A bus builder on this database (created if missing).
+    pub fn builder(&self) -> BusBuilder {
+        if self.is_postgres() {
+            EventBus::builder().postgres_with(&self.target, self.pg_options())
+        } else {
+            EventBus::builder().sqlite_with(self.path(), self.sqlite_options())
         }
     }
 }
 
 /// Opens an existing database for inspection; never creates one.
 pub async fn open_existing(db: &Db) -> anyhow::Result<Arc<dyn Store>> {
+    if db.is_postgres() {
+        let options = PgOptions {
+            create: false,
+            listen: false,
+            max_connections: 2,
+            ..db.pg_options()
+        };
+        return Ok(Arc::new(PgStore::connect(&db.target, options).await?));
+    }
     let options = SqliteOptions {
         create: false,
-        ..db.options()
+        ..db.sqlite_options()
     };
-    Ok(Arc::new(SqliteStore::open(&db.path, options).await?))
+    Ok(Arc::new(SqliteStore::open(db.path(), options).await?))
 }

@@ -2,8 +2,8 @@
 
 mod breakers;
 mod builder;
-mod manual;
 pub(crate) mod inflight;
+mod manual;
 pub(crate) mod registry;
 
 use std::sync::Arc;
@@ -153,9 +153,7 @@ impl EventBus {
             .store
             .as_any()
             .downcast_ref::<crate::store::postgres::PgStore>()
-            .ok_or_else(|| {
-                Error::InvalidConfig("this bus's store is not PostgreSQL".into())
-            })?;
+            .ok_or_else(|| Error::InvalidConfig("this bus's store is not PostgreSQL".into()))?;
         Ok(store
             .outbox()
             .max_payload_bytes(self.inner.config.max_payload_bytes))

@@ -5,6 +5,7 @@ mod dlq;
 mod harness;
 mod history;
 mod pipeline;
+mod postgres;
 mod publish;
 
 use std::time::Instant;
@@ -44,6 +45,9 @@ pub struct Args {
     /// Events pushed through the bus for the memory figure.
     #[arg(long, default_value_t = 1_000_000)]
     rss_events: u64,
+    /// Worker processes for the end-to-end figure with --db postgres://….
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
     /// Completed events in the database of the large-history comparison.
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
@@ -92,10 +96,26 @@ pub struct Report {
     pub seconds: f64,
 }
 
-pub async fn run(json: bool, args: Args) -> anyhow::Result<()> {
+pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.events >= 1, "--events must be at least 1");
+    if db.is_postgres() {
+        let plan = postgres::Plan {
+            workers: args.workers,
+            events: args.events,
+            concurrency: args.concurrency,
+            runs: args.runs,
+            quick: args.quick,
+            verbose: !json,
+        };
+        let report = postgres::run(db, plan).await?;
+        if json {
+            return output::json(&report);
+        }
+        postgres::print_table(&report);
+        return Ok(());
+    }
     let started = Instant::now();
     let durability = match args.durability {
         DurabilityArg::Normal => Durability::Normal,

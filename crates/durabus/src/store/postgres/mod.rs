@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Row, Transaction};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -59,6 +59,10 @@ pub struct PgOptions {
     /// Listen for other processes' publishes with `LISTEN/NOTIFY`. Defaults to `true`; without
     /// it, workers find new events by polling.
     pub listen: bool,
+    /// Create (and migrate) the schema if it does not exist. Defaults to `true`; with `false`,
+    /// connecting to a database without durabus's tables in the schema fails with
+    /// [`Error::NotADatabase`] (inspection tools never create anything).
+    pub create: bool,
 }
 
 impl Default for PgOptions {
@@ -69,6 +73,7 @@ impl Default for PgOptions {
             lease: Duration::from_secs(300),
             acquire_timeout: Duration::from_secs(5),
             listen: true,
+            create: true,
         }
     }
 }
@@ -151,20 +156,48 @@ impl PgStore {
                 "max_connections must be at least 2".into(),
             ));
         }
+        let bad_url = |c| {
+            Error::InvalidConfig(format!(
+                "bad PostgreSQL URL: {c}; expected postgres://user@host:port/database"
+            ))
+        };
+        let worker = worker_identity();
+        let schema = options.schema.clone();
+        let connect: PgConnectOptions = url
+            .parse()
+            .map_err(|e: sqlx::Error| bad_url(e.to_string()))?;
+        // Operators (and tests) find a worker's connections by name in pg_stat_activity.
+        let name: String = format!("durabus {schema} {worker}")
+            .chars()
+            .take(63)
+            .collect();
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
-            .connect(url)
+            .connect_with(connect.application_name(&name))
             .await
             .map_err(|e| match e {
-                sqlx::Error::Configuration(c) => Error::InvalidConfig(format!(
-                    "bad PostgreSQL URL: {c}; expected postgres://user@host:port/database"
-                )),
+                sqlx::Error::Configuration(c) => bad_url(c.to_string()),
                 other => Error::from(other),
             })?;
-        let schema = options.schema.clone();
         let quoted = format!("\"{schema}\"");
-        schema::migrate(&pool, &schema, &quoted).await?;
+        if options.create {
+            schema::migrate(&pool, &schema, &quoted).await?;
+        } else {
+            let ours: bool = sqlx::query("SELECT to_regclass($1) IS NOT NULL")
+                .bind(format!("{quoted}.meta"))
+                .fetch_one(&pool)
+                .await?
+                .try_get(0)?;
+            if !ours {
+                pool.close().await;
+                return Err(Error::NotADatabase {
+                    path: format!("schema {schema}"),
+                    reason: "it holds no durabus tables (is the schema right? see --schema)".into(),
+                });
+            }
+            schema::check_version(&pool, &quoted).await?;
+        }
         let wake = Arc::new(Notify::new());
         let channel = format!("durabus_{schema}");
         let listener = options
@@ -177,7 +210,7 @@ impl PgStore {
             schema,
             quoted,
             channel,
-            worker: worker_identity(),
+            worker,
             lease_ms,
             lease: options.lease,
             held: Mutex::new(HashMap::new()),
@@ -402,9 +435,7 @@ impl Store for PgStore {
 
     async fn next_due(&self) -> Result<Option<Timestamp>> {
         self.check()?;
-        let row = q(&self.sql.next_due)
-            .fetch_one(&self.pool)
-            .await?;
+        let row = q(&self.sql.next_due).fetch_one(&self.pool).await?;
         Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
     }
 
@@ -417,7 +448,10 @@ impl Store for PgStore {
         self.check()?;
         let tokens: Vec<Option<Uuid>> = {
             let held = self.held();
-            outcomes.iter().map(|o| held.get(&o.id()).copied()).collect()
+            outcomes
+                .iter()
+                .map(|o| held.get(&o.id()).copied())
+                .collect()
         };
         let mut tx = self.pool.begin().await?;
         let flags = self
@@ -439,10 +473,7 @@ impl Store for PgStore {
                     "outcome not recorded: this worker no longer holds the event's lease");
             }
         }
-        if outcomes
-            .iter()
-            .any(|o| matches!(o, Outcome::Retry { .. }))
-        {
+        if outcomes.iter().any(|o| matches!(o, Outcome::Retry { .. })) {
             self.wake.notify_one();
         }
         Ok(flags)
@@ -555,7 +586,10 @@ impl Store for PgStore {
         let source = match query.status {
             Some(EventStatus::Done) => format!(
                 "(SELECT {} FROM {s}.event_log) AS t",
-                sql::EVENT_COLUMNS.replace("next_attempt_at, dlq_at", "NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at")
+                sql::EVENT_COLUMNS.replace(
+                    "next_attempt_at, dlq_at",
+                    "NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at"
+                )
             ),
             Some(_) => format!("(SELECT {} FROM {s}.events) AS t", sql::EVENT_COLUMNS),
             None => self.sql.all_events.clone(),
@@ -591,7 +625,10 @@ impl Store for PgStore {
         if let Some(t) = query.event_type {
             stmt = stmt.bind(t);
         }
-        for bound in [query.created_from, query.created_before].into_iter().flatten() {
+        for bound in [query.created_from, query.created_before]
+            .into_iter()
+            .flatten()
+        {
             stmt = stmt.bind(bound.as_millis());
         }
         stmt.bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
@@ -675,9 +712,16 @@ impl Store for PgStore {
 
     async fn heartbeat(&self, now: Timestamp) -> Result<()> {
         self.check()?;
+        let mut tokens: Vec<Uuid> = self.held().values().copied().collect();
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        tokens.sort_unstable();
+        tokens.dedup();
         q(&self.sql.renew)
             .bind(&self.worker)
             .bind(now.as_millis().saturating_add(self.lease_ms))
+            .bind(&tokens)
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -65,6 +65,25 @@ const MIGRATIONS: &[&str] = &[
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
+/// Fails with [`Error::SchemaTooNew`] if a newer build migrated the schema.
+pub async fn check_version(pool: &PgPool, quoted: &str) -> Result<()> {
+    let found: i64 = q(&format!(
+        "SELECT value FROM {quoted}.meta WHERE key = 'schema_version'"
+    ))
+    .fetch_optional(pool)
+    .await?
+    .map(|r| r.try_get::<String, _>(0))
+    .transpose()?
+    .map_or(0, |v| v.parse().unwrap_or(0));
+    if found > SCHEMA_VERSION {
+        return Err(Error::SchemaTooNew {
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    Ok(())
+}
+
 /// Creates the schema if needed and brings it up to [`SCHEMA_VERSION`].
 pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
     let mut tx = pool.begin().await?;

@@ -126,9 +126,12 @@ impl PgSql {
                  WHERE status = 'processing'
                      AND (lease_owner = $2 OR lease_owner IS NULL OR lease_expires_at <= $1)"
             ),
+            // Only the leases this process knows it holds (by token): an event whose claim
+            // committed but whose reply was lost (connection killed) is not renewed, so its lease
+            // runs out and another worker takes it.
             renew: format!(
                 "UPDATE {s}.events SET lease_expires_at = $2
-                 WHERE status = 'processing' AND lease_owner = $1"
+                 WHERE status = 'processing' AND lease_owner = $1 AND lease_token = ANY($3)"
             ),
             // Closing with events still held (handlers abandoned at a drain timeout): their
             // leases end now, so other workers take them over at once.

@@ -1,0 +1,405 @@
+//! `durabus bench --db postgres://… --workers N`: publish figures from this process, and end to
+//! end through N worker processes (`durabus bench-worker`) sharing one database, with a count
+//! of double completions and lost events, and the publish-to-handler latency across processes.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use durabus::sqlx::{self, AssertSqlSafe, Row};
+use durabus::{EventBus, NewEvent};
+use serde::Serialize;
+
+use super::harness::{batches, event, median, percentile};
+use crate::cmd::Db;
+use crate::cmd::worker::now_us;
+
+/// Every figure of the PostgreSQL run, as printed with `--json`.
+#[derive(Debug, Default, Serialize)]
+pub struct PgReport {
+    pub durability: &'static str,
+    pub workers: usize,
+    pub events: u64,
+    pub publish_seq_eps: f64,
+    pub publish_concurrent_eps: f64,
+    pub publish_batch_eps: f64,
+    pub e2e_eps: f64,
+    /// Handler calls beyond the first for one event, over every run (must be 0).
+    pub double_completions: u64,
+    /// Published events never handled (must be 0).
+    pub lost_events: u64,
+    /// Publish in this process → handler start in a worker process, one event at a time.
+    pub notify_latency_p50_us: f64,
+    pub notify_latency_p99_us: f64,
+    pub runs: usize,
+    pub seconds: f64,
+}
+
+/// What the PostgreSQL run needs from the command line.
+pub struct Plan {
+    pub workers: usize,
+    pub events: u64,
+    pub concurrency: usize,
+    pub runs: usize,
+    pub quick: bool,
+    pub verbose: bool,
+}
+
+fn say(plan: &Plan, what: &str) {
+    if plan.verbose {
+        eprintln!("  measuring {what} …");
+    }
+}
+
+fn fresh(db: &Db) -> Db {
+    Db {
+        schema: format!("bench_{}", durabus::EventId::new().0.simple()),
+        ..db.clone()
+    }
+}
+
+async fn drop_schema(db: &Db) -> anyhow::Result<()> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.target)
+        .await?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+        db.schema
+    )))
+    .execute(&pool)
+    .await?;
+    pool.close().await;
+    Ok(())
+}
+
+pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
+    anyhow::ensure!(plan.workers >= 1, "--workers must be at least 1");
+    let started = Instant::now();
+    let scale = |full: u64, quick: u64| if plan.quick { quick } else { full };
+    let mut r = PgReport {
+        durability: "postgres",
+        workers: plan.workers,
+        events: if plan.quick {
+            plan.events.min(10_000)
+        } else {
+            plan.events
+        },
+        runs: plan.runs,
+        ..PgReport::default()
+    };
+    say(&plan, "publish, one caller awaiting each commit");
+    r.publish_seq_eps = publish_runs(db, &plan, |bus| sequential(bus, scale(5_000, 500))).await?;
+    say(&plan, "publish, concurrent callers");
+    let callers = plan.concurrency;
+    r.publish_concurrent_eps = publish_runs(db, &plan, move |bus| {
+        concurrent(bus, scale(50_000, 5_000), callers)
+    })
+    .await?;
+    say(&plan, "publish, batches of 1,000");
+    r.publish_batch_eps = publish_runs(db, &plan, |bus| batch(bus, scale(200_000, 20_000))).await?;
+
+    let mut eps = Vec::new();
+    let mut latencies = Vec::new();
+    for run in 0..plan.runs {
+        say(
+            &plan,
+            &format!(
+                "end to end with {} worker processes (run {})",
+                plan.workers,
+                run + 1
+            ),
+        );
+        let target = fresh(db);
+        let outcome = end_to_end(&target, &plan, run + 1 == plan.runs).await;
+        let cleanup = drop_schema(&target).await;
+        let e = outcome?;
+        cleanup?;
+        eps.push(e.eps);
+        r.double_completions += e.doubles;
+        r.lost_events += e.lost;
+        latencies.extend(e.latencies_us);
+    }
+    r.e2e_eps = median(eps);
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    r.notify_latency_p50_us = percentile(&latencies, 0.50);
+    r.notify_latency_p99_us = percentile(&latencies, 0.99);
+    r.seconds = started.elapsed().as_secs_f64();
+    Ok(r)
+}
+
+/// Runs a publish measurement `runs` times (after a warm-up), each on a fresh schema.
+async fn publish_runs<F, Fut>(db: &Db, plan: &Plan, f: F) -> anyhow::Result<f64>
+where
+    F: Fn(Arc<EventBus>) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+{
+    let mut out = Vec::new();
+    for run in 0..=plan.runs {
+        let target = fresh(db);
+        let bus = Arc::new(target.builder().build().await?);
+        let measured = f(bus.clone()).await;
+        bus.shutdown().await?;
+        drop_schema(&target).await?;
+        if run > 0 {
+            out.push(measured?);
+        }
+    }
+    Ok(median(out))
+}
+
+async fn sequential(bus: Arc<EventBus>, n: u64) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    for i in 0..n {
+        bus.enqueue_event(event(i)?).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn concurrent(bus: Arc<EventBus>, n: u64, callers: usize) -> anyhow::Result<f64> {
+    let per = n / callers as u64;
+    let start = Instant::now();
+    let mut tasks = Vec::with_capacity(callers);
+    for c in 0..callers as u64 {
+        let bus = bus.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                bus.enqueue_event(event(c * per + i)?).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok((per * callers as u64) as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn batch(bus: Arc<EventBus>, n: u64) -> anyhow::Result<f64> {
+    let start = Instant::now();
+    for events in batches(0, n) {
+        bus.enqueue_batch(events?).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+struct EndToEnd {
+    eps: f64,
+    doubles: u64,
+    lost: u64,
+    latencies_us: Vec<f64>,
+}
+
+/// Worker processes of the bench, stopped (stdin closed, then waited for) on drop.
+pub struct Workers {
+    children: Vec<Child>,
+    pub reports: Vec<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Workers {
+    /// Starts `n` `durabus bench-worker` processes on `db` and waits until each is ready.
+    pub fn start(db: &Db, n: usize, extra: &[&str]) -> anyhow::Result<Workers> {
+        let exe = std::env::current_exe().context("cannot find the durabus binary")?;
+        let dir = tempfile::tempdir()?;
+        let mut children = Vec::with_capacity(n);
+        let mut reports = Vec::with_capacity(n);
+        for k in 0..n {
+            let report = dir.path().join(format!("worker-{k}.txt"));
+            let mut child = Command::new(&exe)
+                .args([
+                    "--db",
+                    &db.target,
+                    "--schema",
+                    &db.schema,
+                    "bench-worker",
+                    "--report",
+                ])
+                .arg(&report)
+                .args(extra)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("cannot start a bench-worker process")?;
+            let stdout = child.stdout.take().context("no stdout from the worker")?;
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line)?;
+            anyhow::ensure!(line.trim() == "ready", "worker {k} did not start: {line:?}");
+            children.push(child);
+            reports.push(report);
+        }
+        Ok(Workers {
+            children,
+            reports,
+            _dir: dir,
+        })
+    }
+
+    /// Closes every worker's stdin and waits for it to shut down.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        for c in &mut self.children {
+            drop(c.stdin.take());
+        }
+        for c in &mut self.children {
+            let status = c.wait()?;
+            anyhow::ensure!(status.success(), "a worker exited with {status}");
+        }
+        self.children.clear();
+        Ok(())
+    }
+
+    /// Every report line: (event id, latency µs if the event carried a send time).
+    pub fn handled(&self) -> anyhow::Result<Vec<(String, Option<f64>)>> {
+        let mut out = Vec::new();
+        for path in &self.reports {
+            let Ok(text) = std::fs::read_to_string(path) else {
+                continue;
+            };
+            for line in text.lines() {
+                let mut parts = line.split(' ');
+                let id = parts.next().unwrap_or_default().to_owned();
+                let latency = parts.next().and_then(|l| l.parse::<f64>().ok());
+                out.push((id, latency));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Events in the event log of `db` (completed).
+pub async fn completed(pool: &sqlx::PgPool, db: &Db) -> anyhow::Result<i64> {
+    Ok(sqlx::query(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{}\".event_log",
+        db.schema
+    )))
+    .fetch_one(pool)
+    .await?
+    .try_get(0)?)
+}
+
+/// Waits until `n` events are in the event log, for at most `limit`.
+pub async fn wait_completed(
+    pool: &sqlx::PgPool,
+    db: &Db,
+    n: i64,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let done = completed(pool, db).await?;
+        if done >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {done} of {n} events completed within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn end_to_end(db: &Db, plan: &Plan, with_latency: bool) -> anyhow::Result<EndToEnd> {
+    // The publisher's bus creates the schema before the workers start.
+    let bus = db.builder().build().await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.target)
+        .await?;
+    let mut workers = Workers::start(db, plan.workers, &[])?;
+    let n = if plan.quick {
+        plan.events.min(10_000)
+    } else {
+        plan.events
+    };
+    let start = Instant::now();
+    for events in batches(0, n) {
+        bus.enqueue_batch(events?).await?;
+    }
+    wait_completed(&pool, db, i64::try_from(n)?, Duration::from_secs(600)).await?;
+    let eps = n as f64 / start.elapsed().as_secs_f64();
+    let mut total = n;
+    if with_latency {
+        let samples = if plan.quick { 50 } else { 300 };
+        for _ in 0..samples {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let e = NewEvent::new("bench.latency", &serde_json::json!({ "sent_us": now_us() }))?;
+            bus.enqueue_event(e).await?;
+            total += 1;
+            wait_completed(&pool, db, i64::try_from(total)?, Duration::from_secs(30)).await?;
+        }
+    }
+    workers.stop()?;
+    bus.shutdown().await?;
+    pool.close().await;
+    let handled = workers.handled()?;
+    let mut calls: HashMap<&str, u64> = HashMap::new();
+    for (id, _) in &handled {
+        *calls.entry(id.as_str()).or_default() += 1;
+    }
+    let doubles = calls.values().map(|c| c - 1).sum();
+    let lost = total.saturating_sub(calls.len() as u64);
+    let latencies_us = handled.iter().filter_map(|(_, l)| *l).collect();
+    Ok(EndToEnd {
+        eps,
+        doubles,
+        lost,
+        latencies_us,
+    })
+}
+
+/// Prints the PostgreSQL figures as a table.
+pub fn print_table(r: &PgReport) {
+    println!();
+    println!(
+        "PostgreSQL, {} worker processes, {} events, runs: {}, took {:.0} s",
+        r.workers, r.events, r.runs, r.seconds
+    );
+    println!("{:<36}  {:>12}  target", "figure", "measured");
+    let rows = [
+        (
+            "publish, 1 caller (ev/s)",
+            format!("{:.0}", r.publish_seq_eps),
+            "—",
+        ),
+        (
+            "publish, concurrent (ev/s)",
+            format!("{:.0}", r.publish_concurrent_eps),
+            "—",
+        ),
+        (
+            "publish, batch (ev/s)",
+            format!("{:.0}", r.publish_batch_eps),
+            "—",
+        ),
+        ("end to end (ev/s)", format!("{:.0}", r.e2e_eps), "≥ 10,000"),
+        ("double completions", r.double_completions.to_string(), "0"),
+        ("lost events", r.lost_events.to_string(), "0"),
+        (
+            "publish → other process p50 (µs)",
+            format!("{:.0}", r.notify_latency_p50_us),
+            "—",
+        ),
+        (
+            "publish → other process p99 (µs)",
+            format!("{:.0}", r.notify_latency_p99_us),
+            "< 10,000",
+        ),
+    ];
+    for (name, value, target) in rows {
+        println!("{name:<36}  {value:>12}  {target}");
+    }
+}
