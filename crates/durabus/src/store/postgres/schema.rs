@@ -54,6 +54,9 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX IF NOT EXISTS event_log_created ON {s}.event_log (created_at, id);
     CREATE INDEX IF NOT EXISTS event_log_updated ON {s}.event_log (updated_at);
+    -- Every id stored, live or in the log: publishing is idempotent even while an event moves
+    -- from the live table to the log. Purges remove ids with their events.
+    CREATE TABLE IF NOT EXISTS {s}.event_ids (id uuid PRIMARY KEY);
     CREATE TABLE IF NOT EXISTS {s}.subscriptions (
         id text PRIMARY KEY,
         name text UNIQUE,

@@ -37,17 +37,19 @@ pub struct PgSql {
 impl PgSql {
     pub fn new(s: &str) -> PgSql {
         PgSql {
-            // Stores the events whose id is neither live nor in the log; returns the ids stored.
-            // Stores the events whose id is neither live nor in the log; returns the ids stored
+            // Stores the events whose id was never stored (the id table sees every id, live or in
+            // the log); returns the ids stored
             // and, if any were stored and `$13` names a channel, notifies it (sent on commit).
             insert: format!(
-                "WITH ins AS (
+                "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[])
+                            AS u(id, type, payload, metadata)),
+                 fresh AS (INSERT INTO {s}.event_ids (id) SELECT id FROM u
+                           ON CONFLICT (id) DO NOTHING RETURNING id),
+                 ins AS (
                      INSERT INTO {s}.events (id, type, payload, status, metadata, created_at, updated_at,
                          next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at)
-                     SELECT u.id, u.type, u.payload::json, $5, u.metadata, $6, $6, $7, $8, $9, $10, $11, $12
-                     FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[]) AS u(id, type, payload, metadata)
-                     WHERE NOT EXISTS (SELECT 1 FROM {s}.event_log l WHERE l.id = u.id)
-                     ON CONFLICT (id) DO NOTHING
+                     SELECT d.id, d.type, d.payload::json, $5, d.metadata, $6, $6, $7, $8, $9, $10, $11, $12
+                     FROM (SELECT DISTINCT ON (id) * FROM u) AS d JOIN fresh USING (id)
                      RETURNING id),
                  n AS (SELECT count(pg_notify($13::text, '')) AS c
                        FROM (SELECT 1 FROM ins WHERE $13::text IS NOT NULL LIMIT 1) AS x)
@@ -178,10 +180,16 @@ impl PgSql {
                      updated_at = $2, next_attempt_at = $2
                  WHERE id = $1 AND status = 'dlq'"
             ),
-            dlq_purge: format!("DELETE FROM {s}.events WHERE status = 'dlq' AND created_at <= $1"),
+            dlq_purge: format!(
+                "WITH d AS (DELETE FROM {s}.events WHERE status = 'dlq' AND created_at <= $1 RETURNING id)
+                 DELETE FROM {s}.event_ids WHERE id IN (SELECT id FROM d)"
+            ),
             history_purge: format!(
-                "DELETE FROM {s}.event_log WHERE id IN
-                     (SELECT id FROM {s}.event_log WHERE status = 'done' AND updated_at <= $1 LIMIT $2)"
+                "WITH d AS (
+                     DELETE FROM {s}.event_log WHERE id IN
+                         (SELECT id FROM {s}.event_log WHERE status = 'done' AND updated_at <= $1 LIMIT $2)
+                     RETURNING id)
+                 DELETE FROM {s}.event_ids WHERE id IN (SELECT id FROM d)"
             ),
             all_events: format!(
                 "(SELECT {EVENT_COLUMNS} FROM {s}.events

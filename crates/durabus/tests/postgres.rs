@@ -1,0 +1,533 @@
+//! What only the PostgreSQL store does: leases and fencing, heartbeats, wake-ups across
+//! processes, migrations racing, transactional publish in a `sqlx` transaction, and faults
+//! (connections killed, the database unreachable). The shared behaviour is in the contract
+//! suite. Each test has its own schema. Unreachable PostgreSQL: skipped, or failed with CI=true.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use durabus::sqlx::{self, AssertSqlSafe, Row};
+use durabus::{
+    Clock, Error, Event, EventBus, EventStatus, InsertMode, ManualClock, NewEvent, Outcome,
+    PgOptions, PgStore, Store, SubscribeOptions,
+};
+use support::{Seen, drop_schema, pg_available, pg_url, unique_schema};
+
+fn options(schema: &str) -> PgOptions {
+    PgOptions {
+        schema: schema.to_owned(),
+        max_connections: 3,
+        ..PgOptions::default()
+    }
+}
+
+async fn admin() -> sqlx::PgPool {
+    sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&pg_url())
+        .await
+        .unwrap()
+}
+
+/// A started bus that only learns of other processes' publishes through LISTEN/NOTIFY: its
+/// fallback poll is an hour.
+async fn listening_bus(schema: &str, seen: &Seen) -> EventBus {
+    let bus = EventBus::builder()
+        .postgres_with(pg_url(), options(schema))
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let s = seen.clone();
+    bus.subscribe(
+        "x.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.push(e.id.to_string());
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    bus
+}
+
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !check().await {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_migrate_the_schema_once() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let o = options(&schema);
+            tokio::spawn(async move { PgStore::connect(&pg_url(), o).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for t in tasks {
+        stores.push(t.await.unwrap().expect("every concurrent start succeeds"));
+    }
+    let pool = admin().await;
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT key, value FROM \"{schema}\".meta"
+    )))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        rows[0].try_get::<String, _>(1).unwrap(),
+        durabus::store::postgres::SCHEMA_VERSION.to_string()
+    );
+    // Workers have distinct identities.
+    let mut ids: Vec<&str> = stores.iter().map(|s| s.worker_id()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 8);
+    for s in &stores {
+        s.close().await.unwrap();
+    }
+    // Inspection never creates: a missing schema is refused.
+    let err = PgStore::connect(
+        &pg_url(),
+        PgOptions {
+            create: false,
+            ..options(&unique_schema())
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
+    for bad in ["", "1abc", "a-b", "x\"; DROP SCHEMA public; --"] {
+        let err = PgStore::connect(&pg_url(), options(bad)).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidConfig(_)), "{bad}: {err}");
+    }
+    let err = PgStore::connect("postgres://[::1", options(&schema))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    pool.close().await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_elsewhere_wakes_an_idle_worker_through_notify() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let worker = listening_bus(&schema, &seen).await;
+    // Another "process": its own store, pool and listener.
+    let publisher = EventBus::builder()
+        .postgres_with(pg_url(), options(&schema))
+        .build()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let id = publisher.enqueue("x.ping", &i).await.unwrap();
+        eventually("the idle worker to get the event", async || {
+            seen.all().contains(&id.to_string())
+        })
+        .await;
+    }
+    assert_eq!(seen.len(), 20);
+    publisher.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_outbox_publish_commits_or_rolls_back_with_the_callers_transaction() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let bus = listening_bus(&schema, &seen).await;
+    let outbox = bus.pg_outbox().unwrap();
+    let pool = admin().await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE TABLE \"{schema}\".orders (id int PRIMARY KEY)"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let insert_order = format!("INSERT INTO \"{schema}\".orders (id) VALUES ($1)");
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(insert_order.clone()))
+        .bind(1)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let lost = outbox
+        .publish(&mut tx, "x.order", &1, durabus::Timestamp::now())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(insert_order))
+        .bind(2)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let event = NewEvent::new("x.order", &2).unwrap();
+    let kept = event.id;
+    let ids = outbox
+        .publish_batch(&mut tx, vec![event.clone()], durabus::Timestamp::now())
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![kept]);
+    assert!(
+        bus.store().get_event(kept).await.unwrap().is_none(),
+        "not before commit"
+    );
+    tx.commit().await.unwrap();
+    eventually("the committed event", async || {
+        seen.all().contains(&kept.to_string())
+    })
+    .await;
+    // The same id again, in a later transaction: stored and delivered once.
+    let mut tx = pool.begin().await.unwrap();
+    outbox
+        .publish_batch(&mut tx, vec![event], durabus::Timestamp::now())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Bad input is refused before anything is written.
+    let mut tx = pool.begin().await.unwrap();
+    assert!(matches!(
+        outbox
+            .publish(&mut tx, "bad type!", &1, durabus::Timestamp::now())
+            .await,
+        Err(Error::InvalidEventType(..))
+    ));
+    tx.rollback().await.unwrap();
+    bus.shutdown().await.unwrap();
+    assert_eq!(seen.all(), vec![kept.to_string()]);
+    let store = PgStore::connect(&pg_url(), options(&schema)).await.unwrap();
+    assert!(store.get_event(lost).await.unwrap().is_none());
+    assert_eq!(
+        store.get_event(kept).await.unwrap().unwrap().status,
+        EventStatus::Done
+    );
+    store.close().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}
+
+fn short_lease(schema: &str) -> PgOptions {
+    PgOptions {
+        lease: Duration::from_secs(1),
+        ..options(schema)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_is_reclaimed_and_the_stale_holder_is_fenced_off() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let clock = ManualClock::default();
+    let a = PgStore::connect(&pg_url(), short_lease(&schema))
+        .await
+        .unwrap();
+    let b = PgStore::connect(&pg_url(), short_lease(&schema))
+        .await
+        .unwrap();
+    let e = NewEvent::new("x.slow", &1).unwrap();
+    let id = e.id;
+    a.insert(vec![e], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    assert_eq!(a.claim_due(clock.now(), 10).await.unwrap().len(), 1);
+    // Within the lease nobody else gets it.
+    clock.advance(Duration::from_millis(900));
+    assert!(b.claim_due(clock.now(), 10).await.unwrap().is_empty());
+    // A stops renewing (stalled or dead): after the lease, B takes it over, the interrupted
+    // attempt counted.
+    clock.advance(Duration::from_millis(200));
+    assert_eq!(
+        b.next_due().await.unwrap(),
+        Some(clock.now().minus(Duration::from_millis(100)))
+    );
+    let taken = b.claim_due(clock.now(), 10).await.unwrap();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(taken[0].id, id);
+    assert_eq!(taken[0].retry_count, 1);
+    assert!(
+        taken[0].errors[0].contains("interrupted"),
+        "{:?}",
+        taken[0].errors
+    );
+    assert!(
+        taken[0].errors[0].contains(a.worker_id()),
+        "{:?}",
+        taken[0].errors
+    );
+    // A wakes up and reports success: refused, the row is B's.
+    let done = |id| Outcome::Done {
+        id,
+        delivered: vec![],
+    };
+    assert!(!a.record(done(id), clock.now()).await.unwrap());
+    assert_eq!(
+        a.get_event(id).await.unwrap().unwrap().status,
+        EventStatus::Processing
+    );
+    assert!(b.record(done(id), clock.now()).await.unwrap());
+    let stored = a.get_event(id).await.unwrap().unwrap();
+    assert_eq!(stored.status, EventStatus::Done);
+    assert_eq!(stored.retry_count, 1);
+    // In the event log, it is history like any completed event.
+    let history = durabus::History::new(Arc::new(b));
+    let listed = history
+        .list(durabus::EventQuery {
+            status: Some(EventStatus::Done),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    a.close().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_keep_a_long_running_event_with_its_worker() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let clock = ManualClock::default();
+    let a = PgStore::connect(&pg_url(), short_lease(&schema))
+        .await
+        .unwrap();
+    let b = PgStore::connect(&pg_url(), short_lease(&schema))
+        .await
+        .unwrap();
+    assert_eq!(a.heartbeat_interval(), Some(Duration::from_secs(1) / 3));
+    let e = NewEvent::new("x.long", &1).unwrap();
+    let id = e.id;
+    a.insert(vec![e], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    assert_eq!(a.claim_due(clock.now(), 1).await.unwrap().len(), 1);
+    for _ in 0..5 {
+        clock.advance(Duration::from_millis(800));
+        a.heartbeat(clock.now()).await.unwrap();
+        assert!(
+            b.claim_due(clock.now(), 10).await.unwrap().is_empty(),
+            "a renewed lease is not taken over"
+        );
+    }
+    assert!(
+        a.record(
+            Outcome::Done {
+                id,
+                delivered: vec![]
+            },
+            clock.now()
+        )
+        .await
+        .unwrap()
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_are_replaced_and_the_listener_comes_back() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let worker = listening_bus(&schema, &seen).await;
+    let publisher = EventBus::builder()
+        .postgres_with(pg_url(), options(&schema))
+        .build()
+        .await
+        .unwrap();
+    let first = publisher.enqueue("x.a", &1).await.unwrap();
+    eventually("delivery", async || seen.all().contains(&first.to_string())).await;
+    // Kill every connection of both buses, the worker's LISTEN connection included.
+    let pool = admin().await;
+    let killed: i64 = sqlx::query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1",
+    )
+    .bind(format!("durabus {schema} %"))
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+    .try_get(0)
+    .unwrap();
+    assert!(killed >= 2, "killed {killed}");
+    // Publishing carries on (a dead pooled connection is replaced), and the worker, idle
+    // with an hour-long poll, still hears about it: its listener reconnected.
+    let mut second = None;
+    for _ in 0..50 {
+        match publisher.enqueue("x.b", &2).await {
+            Ok(id) => {
+                second = Some(id);
+                break;
+            }
+            Err(e) => {
+                eprintln!("publish right after the kill: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    let second = second.expect("publishing recovers");
+    eventually("delivery after the kill", async || {
+        seen.all().contains(&second.to_string())
+    })
+    .await;
+    publisher.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}
+
+/// A TCP proxy in front of PostgreSQL that can be cut, to make the database unreachable for
+/// one store without stopping the server the other tests use.
+struct Proxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    conns: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(target: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (u, c) = (up.clone(), conns.clone());
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if !u.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                c.lock().unwrap().push(task);
+            }
+        });
+        Proxy { port, up, conns }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for t in self.conns.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn during_an_outage_publish_fails_fast_and_afterwards_nothing_acknowledged_is_missing() {
+    if !pg_available().await {
+        return;
+    }
+    let url = pg_url();
+    let Some(rest) = url.strip_prefix("postgres://") else {
+        return;
+    };
+    let (creds, tail) = rest.split_once('@').unwrap_or(("", rest));
+    let (host_port, db) = tail.split_once('/').unwrap_or((tail, "test"));
+    let proxy = Proxy::start(host_port.to_owned()).await;
+    let via_proxy = format!("postgres://{creds}@127.0.0.1:{}/{db}", proxy.port);
+    let schema = unique_schema();
+    let store = PgStore::connect(
+        &via_proxy,
+        PgOptions {
+            acquire_timeout: Duration::from_millis(500),
+            listen: false,
+            ..options(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let clock = ManualClock::default();
+    let mut acknowledged = Vec::new();
+    for i in 0..5 {
+        let e = NewEvent::new("x.keep", &i).unwrap();
+        acknowledged.push(e.id);
+        store
+            .insert(vec![e], InsertMode::Pending, clock.now())
+            .await
+            .unwrap();
+    }
+    proxy.cut();
+    let started = Instant::now();
+    let err = store
+        .insert(
+            vec![NewEvent::new("x.lost", &0).unwrap()],
+            InsertMode::Pending,
+            clock.now(),
+        )
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert!(
+        err.to_string().contains("check that it is running"),
+        "{err}"
+    );
+    proxy.restore();
+    let mut after = None;
+    for _ in 0..100 {
+        let e = NewEvent::new("x.keep", &99).unwrap();
+        let id = e.id;
+        if store
+            .insert(vec![e], InsertMode::Pending, clock.now())
+            .await
+            .is_ok()
+        {
+            after = Some(id);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    acknowledged.push(after.expect("the store works again once the database is back"));
+    for id in acknowledged {
+        assert!(store.get_event(id).await.unwrap().is_some(), "{id} lost");
+    }
+    store.close().await.unwrap();
+    drop_schema(&schema).await;
+}
