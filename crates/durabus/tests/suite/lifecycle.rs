@@ -415,3 +415,54 @@ pub async fn events_claimed_but_not_started_are_released_at_shutdown(h: &Harness
     );
     store.close().await.unwrap();
 }
+
+pub async fn poll_and_finalize_run_a_loop_of_ones_own(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .retry_policy(durabus::RetryPolicy {
+            max_retries: 1,
+            ..durabus::RetryPolicy::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    assert!(bus.poll().await.unwrap().is_none(), "nothing due");
+    let ok = bus.enqueue("own.ok", &1).await.unwrap();
+    let bad = bus.enqueue("own.bad", &2).await.unwrap();
+    // One event per poll, earliest first, held until finalized.
+    let first = bus.poll().await.unwrap().unwrap();
+    assert_eq!(first.id, ok);
+    assert_eq!(first.status, EventStatus::Processing);
+    let second = bus.poll().await.unwrap().unwrap();
+    assert_eq!(second.id, bad);
+    assert!(bus.poll().await.unwrap().is_none());
+    bus.finalize(ok, true).await.unwrap();
+    assert_eq!(get(&bus, ok).await.status, EventStatus::Done);
+    // Finalizing twice: the event is no longer held.
+    assert!(matches!(
+        bus.finalize(ok, true).await,
+        Err(Error::NotHeld(_))
+    ));
+    // A failure is retried on the schedule, then dead-lettered.
+    bus.finalize(bad, false).await.unwrap();
+    let e = get(&bus, bad).await;
+    assert_eq!((e.status, e.retry_count), (EventStatus::Pending, 1));
+    assert!(
+        bus.poll().await.unwrap().is_none(),
+        "not due before its back-off"
+    );
+    h.advance(Duration::from_secs(60));
+    let again = bus.poll().await.unwrap().unwrap();
+    assert_eq!(again.id, bad);
+    bus.finalize(bad, false).await.unwrap();
+    let e = get(&bus, bad).await;
+    assert_eq!((e.status, e.retry_count), (EventStatus::Dlq, 2));
+    assert_eq!(e.errors.len(), 2);
+    assert!(matches!(
+        bus.finalize(durabus::EventId::new(), true).await,
+        Err(Error::EventNotFound(..))
+    ));
+    bus.shutdown().await.unwrap();
+    assert!(matches!(bus.poll().await, Err(Error::Shutdown)));
+}
