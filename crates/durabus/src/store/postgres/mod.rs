@@ -9,6 +9,7 @@
 //! Publishing sends `NOTIFY`, so idle workers in other processes wake at once; if the listening
 //! connection drops, workers poll until it is back.
 
+mod insert;
 mod listen;
 mod outbox;
 mod rows;
@@ -90,7 +91,10 @@ pub struct PgStore {
     lease_ms: i64,
     lease: Duration,
     /// The lease token of each event this process holds: completions carry it (fencing).
-    held: Mutex<HashMap<EventId, Uuid>>,
+    held: Arc<Mutex<HashMap<EventId, Uuid>>>,
+    inserter: insert::Inserter,
+    /// Requests for the group-commit task; taken on close.
+    inserts: Mutex<Option<tokio::sync::mpsc::UnboundedSender<insert::Request>>>,
     wake: Arc<Notify>,
     closed: AtomicBool,
     listener: Mutex<Option<JoinHandle<()>>>,
@@ -204,16 +208,31 @@ impl PgStore {
             .listen
             .then(|| tokio::spawn(listen::run(pool.clone(), channel.clone(), wake.clone())));
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX);
+        let sql = Arc::new(PgSql::new(&quoted));
+        let held = Arc::new(Mutex::new(HashMap::new()));
+        let inserter = insert::Inserter {
+            pool: pool.clone(),
+            sql: sql.clone(),
+            channel: channel.clone(),
+            worker: worker.clone(),
+            lease_ms,
+            held: held.clone(),
+            wake: wake.clone(),
+        };
+        let (inserts, requests) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(insert::run(inserter.clone(), requests));
         Ok(PgStore {
-            sql: Arc::new(PgSql::new(&quoted)),
+            sql,
             pool,
+            inserter,
+            inserts: Mutex::new(Some(inserts)),
             schema,
             quoted,
             channel,
             worker,
             lease_ms,
             lease: options.lease,
-            held: Mutex::new(HashMap::new()),
+            held,
             wake,
             closed: AtomicBool::new(false),
             listener: Mutex::new(listener),
@@ -351,52 +370,25 @@ impl Store for PgStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        let now_ms = now.as_millis();
-        let mut ids = Vec::with_capacity(events.len());
-        let mut types = Vec::with_capacity(events.len());
-        let mut payloads = Vec::with_capacity(events.len());
-        let mut metadata = Vec::with_capacity(events.len());
-        for e in &events {
-            ids.push(e.id.0);
-            types.push(e.event_type.as_str());
-            payloads.push(e.payload.as_str());
-            metadata.push(if e.metadata.is_empty() {
-                None
-            } else {
-                Some(serde_json::to_string(&e.metadata)?)
-            });
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = insert::Request {
+            events,
+            now: now.as_millis(),
+            claimed: mode == InsertMode::Claimed,
+            reply,
+        };
+        if request.events.len() > insert::GROUP_MAX_EVENTS {
+            self.inserter.write(vec![request]).await;
+        } else {
+            let sender = self
+                .inserts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+                .ok_or(Error::StoreClosed)?;
+            sender.send(request).map_err(|_| Error::StoreClosed)?;
         }
-        let token = Uuid::now_v7();
-        let claimed = mode == InsertMode::Claimed;
-        let rows = q(&self.sql.insert)
-            .bind(&ids)
-            .bind(&types)
-            .bind(&payloads)
-            .bind(&metadata)
-            .bind(if claimed { "processing" } else { "pending" })
-            .bind(now_ms)
-            .bind((!claimed).then_some(now_ms))
-            .bind(i32::from(claimed))
-            .bind(claimed.then_some(self.worker.as_str()))
-            .bind(claimed.then_some(token))
-            .bind(claimed.then_some(now_ms.saturating_add(self.lease_ms)))
-            .bind(claimed.then_some(now_ms))
-            .bind((!claimed).then_some(self.channel.as_str()))
-            .fetch_all(&self.pool)
-            .await?;
-        let stored: Vec<Uuid> = rows
-            .iter()
-            .map(|r| r.try_get::<Uuid, _>(0))
-            .collect::<std::result::Result<_, _>>()?;
-        if claimed {
-            let mut held = self.held();
-            for id in &stored {
-                held.insert(EventId(*id), token);
-            }
-        } else if !stored.is_empty() {
-            self.wake.notify_one();
-        }
-        Ok(ids.iter().map(|id| stored.contains(id)).collect())
+        answer.await.map_err(|_| Error::StoreClosed)?
     }
 
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
@@ -739,6 +731,12 @@ impl Store for PgStore {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
+        drop(
+            self.inserts
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take(),
+        );
         if let Some(task) = self
             .listener
             .lock()

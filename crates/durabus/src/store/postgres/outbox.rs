@@ -2,10 +2,9 @@
 
 use std::sync::Arc;
 
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
-use super::q;
-use uuid::Uuid;
+use super::insert::{Rows, insert_rows};
 
 use super::sql::PgSql;
 use crate::clock::Timestamp;
@@ -89,39 +88,11 @@ impl PgOutbox {
         if events.is_empty() {
             return Ok(ids);
         }
-        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-        let payloads: Vec<&str> = events.iter().map(|e| e.payload.as_str()).collect();
-        let metadata = events
-            .iter()
-            .map(|e| {
-                if e.metadata.is_empty() {
-                    Ok(None)
-                } else {
-                    serde_json::to_string(&e.metadata).map(Some)
-                }
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let now = now.as_millis();
-        let rows = q(&self.sql.insert)
-            .bind(&raw)
-            .bind(&types)
-            .bind(&payloads)
-            .bind(&metadata)
-            .bind("pending")
-            .bind(now)
-            .bind(Some(now))
-            .bind(0i32)
-            .bind(None::<&str>)
-            .bind(None::<Uuid>)
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(&self.channel)
-            .fetch_all(&mut *conn)
-            .await?;
-        for r in &rows {
-            r.try_get::<Uuid, _>(0)?;
-        }
+        let rows = Rows {
+            events: events.iter().collect(),
+            created: vec![now.as_millis(); events.len()],
+        };
+        insert_rows(conn, &self.sql, &rows, None, Some(&self.channel)).await?;
         Ok(ids)
     }
 }

@@ -38,21 +38,29 @@ impl PgSql {
     pub fn new(s: &str) -> PgSql {
         PgSql {
             // Stores the events whose id was never stored (the id table sees every id, live or in
-            // the log); returns the ids stored
-            // and, if any were stored and `$13` names a channel, notifies it (sent on commit).
+            // the log) and returns the ids stored. Parameters: ids, types, payloads, metadata and
+            // creation times (arrays, one per event); whether they start claimed; the lease's
+            // owner, token and length; the channel to notify (sent on commit) if any were stored.
             insert: format!(
-                "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[])
-                            AS u(id, type, payload, metadata)),
+                "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+                            AS u(id, type, payload, metadata, created)),
                  fresh AS (INSERT INTO {s}.event_ids (id) SELECT id FROM u
                            ON CONFLICT (id) DO NOTHING RETURNING id),
                  ins AS (
                      INSERT INTO {s}.events (id, type, payload, status, metadata, created_at, updated_at,
                          next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at)
-                     SELECT d.id, d.type, d.payload::json, $5, d.metadata, $6, $6, $7, $8, $9, $10, $11, $12
+                     SELECT d.id, d.type, d.payload::json,
+                         CASE WHEN $6 THEN 'processing' ELSE 'pending' END,
+                         d.metadata, d.created, d.created,
+                         CASE WHEN $6 THEN NULL ELSE d.created END,
+                         CASE WHEN $6 THEN 1 ELSE 0 END,
+                         $7, $8,
+                         CASE WHEN $6 THEN d.created + $9 END,
+                         CASE WHEN $6 THEN d.created END
                      FROM (SELECT DISTINCT ON (id) * FROM u) AS d JOIN fresh USING (id)
                      RETURNING id),
-                 n AS (SELECT count(pg_notify($13::text, '')) AS c
-                       FROM (SELECT 1 FROM ins WHERE $13::text IS NOT NULL LIMIT 1) AS x)
+                 n AS (SELECT count(pg_notify($10::text, '')) AS c
+                       FROM (SELECT 1 FROM ins WHERE $10::text IS NOT NULL LIMIT 1) AS x)
                  SELECT ins.id FROM ins, n"
             ),
             // Due pending events and events whose lease expired (their worker is gone: the
