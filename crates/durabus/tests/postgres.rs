@@ -531,3 +531,29 @@ async fn during_an_outage_publish_fails_fast_and_afterwards_nothing_acknowledged
     store.close().await.unwrap();
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_subscribing_with_one_name_at_once_both_succeed() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let a = PgStore::connect(&pg_url(), options(&schema)).await.unwrap();
+    let b = PgStore::connect(&pg_url(), options(&schema)).await.unwrap();
+    for round in 0..10 {
+        let row = |id: &str| durabus::SubscriptionRow {
+            id: format!("{id}-{round}"),
+            name: Some("mailer".into()),
+            event_type: "x.*".into(),
+            created_at: durabus::Timestamp(round),
+        };
+        let (ra, rb) = tokio::join!(a.save_subscription(row("a")), b.save_subscription(row("b")));
+        ra.unwrap();
+        rb.unwrap();
+        let rows = a.subscriptions().await.unwrap();
+        assert_eq!(rows.len(), 1, "one row per name: {rows:?}");
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+    drop_schema(&schema).await;
+}

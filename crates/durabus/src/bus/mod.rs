@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     started: AtomicBool,
     stop: watch::Sender<bool>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// Renews the store's leases (PostgreSQL) from `start` until the drain at shutdown ends.
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
     closed: Mutex<bool>,
     /// Serialises `subscribe`, so the check that a name is free and its use are one step.
     subscribing: Mutex<()>,
@@ -115,6 +117,7 @@ impl EventBus {
                 started: AtomicBool::new(false),
                 stop: watch::channel(false).0,
                 worker: Mutex::new(None),
+                heartbeat: Mutex::new(None),
                 closed: Mutex::new(false),
                 subscribing: Mutex::new(()),
             }),
@@ -247,27 +250,29 @@ impl EventBus {
         self.check_size(&event)?;
         let now = self.inner.clock.now();
         let id = event.id;
-        let inserted = self
-            .inner
-            .store
-            .insert(vec![event.clone()], InsertMode::Claimed, now)
-            .await
-            .map_err(Self::map_closed)?;
-        if inserted.first() != Some(&true) {
-            // Idempotent publish: an event with this id is already stored (and delivered, or on
-            // its way); it is not delivered again.
-            return Ok(id);
-        }
-        // Delivered in its own task: if the caller drops this future, delivery still finishes
-        // and the outcome is recorded, so the event is not left `processing`.
+        // Stored and delivered in one task of its own: if the caller drops this future, the
+        // insert and the delivery still finish and the outcome is recorded, so the event is
+        // never left `processing` with nobody delivering it.
         let inner = self.inner.clone();
-        let event = event.into_event(EventStatus::Processing, now);
-        let delivery = tokio::spawn(async move {
-            crate::dispatch::deliver(&inner, event).await;
+        let task = tokio::spawn(async move {
+            let inserted = inner
+                .store
+                .insert(vec![event.clone()], InsertMode::Claimed, now)
+                .await
+                .map_err(Self::map_closed)?;
+            // Idempotent publish: an event with this id is already stored (and delivered, or
+            // on its way); it is not delivered again.
+            if inserted.first() == Some(&true) {
+                crate::dispatch::deliver(&inner, event.into_event(EventStatus::Processing, now))
+                    .await;
+            }
             drop(guard);
+            Ok(())
         });
-        let _ = delivery.await;
-        Ok(id)
+        match task.await {
+            Ok(result) => result.map(|()| id),
+            Err(e) => Err(Error::Database(format!("the publish task failed: {e}"))),
+        }
     }
 
     /// Stores the event durably and returns its id at once; the background workers deliver it.
@@ -425,12 +430,19 @@ impl EventBus {
         if self.inner.started.swap(true, Ordering::SeqCst) {
             return Ok(0);
         }
-        let recovered = self
+        let recovered = match self
             .inner
             .store
             .recover_processing(self.inner.clock.now())
             .await
-            .map_err(Self::map_closed)?;
+        {
+            Ok(n) => n,
+            Err(e) => {
+                // Not started: a later call may try again.
+                self.inner.started.store(false, Ordering::SeqCst);
+                return Err(Self::map_closed(e));
+            }
+        };
         if recovered > 0 {
             tracing::info!(recovered, "recovered events left in processing by a crash");
         }
@@ -439,6 +451,13 @@ impl EventBus {
             self.inner.stop.subscribe(),
         ));
         *self.inner.worker.lock().await = Some(handle);
+        if let Some(every) = self.inner.store.heartbeat_interval() {
+            let beat = tokio::spawn(crate::dispatch::worker::heartbeat(
+                self.inner.clone(),
+                every,
+            ));
+            *self.inner.heartbeat.lock().await = Some(beat);
+        }
         Ok(recovered)
     }
 
@@ -480,6 +499,9 @@ impl EventBus {
                 timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                 "shutdown timed out waiting for handlers; their events will be recovered on the next start"
             );
+        }
+        if let Some(beat) = self.inner.heartbeat.lock().await.take() {
+            beat.abort();
         }
         let result = self.inner.store.close().await;
         *closed = true;

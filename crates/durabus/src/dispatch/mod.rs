@@ -1,7 +1,7 @@
 //! Delivery: running the matching handlers of one event and recording the outcome, and the
 //! background worker loop that claims due events.
 
-mod worker;
+pub(crate) mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -39,10 +39,7 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, mut stop: watch::Receiver<bool
     let mut queue: VecDeque<Event> = VecDeque::new();
     let (finished, finished_rx) = mpsc::unbounded_channel::<Finished>();
     tokio::spawn(complete(inner.clone(), finished_rx));
-    let heartbeat = inner
-        .store
-        .heartbeat_interval()
-        .map(|every| tokio::spawn(heartbeat(inner.clone(), every)));
+
     loop {
         if *stop.borrow() {
             break;
@@ -95,9 +92,6 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, mut stop: watch::Receiver<bool
             spawn_delivery(&inner, event, slot, finished.clone());
         }
     }
-    if let Some(h) = heartbeat {
-        h.abort();
-    }
     // Claimed but never started: give them back without counting an attempt.
     if !queue.is_empty() {
         let ids = queue.iter().map(|e| e.id).collect();
@@ -107,8 +101,9 @@ pub(crate) async fn run_worker(inner: Arc<Inner>, mut stop: watch::Receiver<bool
     }
 }
 
-/// Renews this process's leases every `every` while the worker runs.
-async fn heartbeat(inner: Arc<Inner>, every: Duration) {
+/// Renews this process's leases every `every`, from `start` until shutdown has drained the
+/// deliveries in flight.
+pub(crate) async fn heartbeat(inner: Arc<Inner>, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

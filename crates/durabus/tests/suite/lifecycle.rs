@@ -101,7 +101,9 @@ pub async fn drain_timeout_abandons_handlers_and_recovery_finishes_them(h: &Harn
         "shutdown ignored its timeout"
     );
 
-    // Next start: the event left in processing is recovered and delivered.
+    // Next start, after the abandoned handler's lease (if any) ran out: the event left in
+    // processing is recovered and delivered.
+    h.advance(PAST_ANY_LEASE);
     let bus = h.bus().await;
     let done = Arc::new(AtomicU32::new(0));
     let d = done.clone();
@@ -148,6 +150,7 @@ pub async fn start_recovers_events_stuck_in_processing(h: &Harness) {
         .await
         .unwrap();
     store.close().await.unwrap();
+    h.advance(PAST_ANY_LEASE);
 
     let bus = h.bus().await;
     let seen = Seen::default();
@@ -226,10 +229,12 @@ pub async fn attempts_used_up_by_crashes_end_in_the_dlq_without_another_run(h: &
         .await
         .unwrap();
     for _ in 0..4 {
+        h.advance(PAST_ANY_LEASE);
         store.recover_processing(h.clock.now()).await.unwrap();
         assert_eq!(store.claim_due(h.clock.now(), 10).await.unwrap().len(), 1);
     }
     store.close().await.unwrap();
+    h.advance(PAST_ANY_LEASE);
     let bus = h.bus().await;
     let calls = Arc::new(AtomicU32::new(0));
     let c = calls.clone();

@@ -23,6 +23,10 @@ pub trait Backend: Send + Sync {
     async fn cleanup(&self) {}
 }
 
+/// Longer than any store's lease (PostgreSQL's default is 5 minutes): a crashed worker's
+/// events are recovered once its lease has run out (SQLite recovers them at once).
+pub const PAST_ANY_LEASE: Duration = Duration::from_secs(6 * 60);
+
 /// The PostgreSQL the tests use: `DURABUS_TEST_PG_URL`, by default the local server.
 pub fn pg_url() -> String {
     std::env::var("DURABUS_TEST_PG_URL")

@@ -274,12 +274,16 @@ impl PgStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    async fn notify_others(&self) -> Result<()> {
-        sqlx::query("SELECT pg_notify($1, '')")
+    /// Tells other processes' workers that events became due. Best effort: the write it
+    /// follows has committed, and workers poll anyway.
+    async fn notify_others(&self) {
+        let sent = sqlx::query("SELECT pg_notify($1, '')")
             .bind(&self.channel)
             .execute(&self.pool)
-            .await?;
-        Ok(())
+            .await;
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "NOTIFY failed; other workers find the events by polling");
+        }
     }
 
     async fn record_in(
@@ -402,6 +406,16 @@ impl Store for PgStore {
             .bind(self.lease_ms)
             .fetch_all(&self.pool)
             .await?;
+        {
+            // Held from here on, even if a row fails to decode below: its lease is renewed and
+            // it can be released, instead of waiting out the lease.
+            let mut held = self.held();
+            for row in &rows {
+                if let Ok(id) = row.try_get::<Uuid, _>("id") {
+                    held.insert(EventId(id), token);
+                }
+            }
+        }
         let mut events = Vec::with_capacity(rows.len());
         let mut reclaimed = 0usize;
         for row in &rows {
@@ -418,10 +432,6 @@ impl Store for PgStore {
             );
         }
         events.sort_by_key(|e| (e.next_attempt_at, e.id));
-        let mut held = self.held();
-        for e in &events {
-            held.insert(e.id, token);
-        }
         Ok(events)
     }
 
@@ -491,7 +501,7 @@ impl Store for PgStore {
             }
         }
         if n > 0 {
-            self.notify_others().await?;
+            self.notify_others().await;
             self.wake.notify_one();
         }
         Ok(n)
@@ -501,13 +511,11 @@ impl Store for PgStore {
         self.check()?;
         let n = q(&self.sql.recover)
             .bind(now.as_millis())
-            .bind(&self.worker)
             .execute(&self.pool)
             .await?
             .rows_affected();
-        self.held().clear();
         if n > 0 {
-            self.notify_others().await?;
+            self.notify_others().await;
             self.wake.notify_one();
         }
         Ok(n)
@@ -517,6 +525,11 @@ impl Store for PgStore {
         self.check()?;
         let mut tx = self.pool.begin().await?;
         if let Some(name) = &row.name {
+            // Processes starting together with one subscription name: one at a time.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
+                .bind(format!("durabus:{}:subscription:{name}", self.schema))
+                .execute(&mut *tx)
+                .await?;
             q(&self.sql.subscription_free_name)
                 .bind(name)
                 .bind(&row.id)
@@ -673,7 +686,7 @@ impl Store for PgStore {
             .await?
             .rows_affected();
         if n == 1 {
-            self.notify_others().await?;
+            self.notify_others().await;
             self.wake.notify_one();
         }
         Ok(n == 1)
@@ -745,18 +758,10 @@ impl Store for PgStore {
         {
             task.abort();
         }
-        // Anything still held was abandoned (a drain timeout): let other workers take it now.
-        if !self.held().is_empty() {
-            let abandoned = q(&self.sql.abandon)
-                .bind(&self.worker)
-                .bind(0i64)
-                .execute(&self.pool)
-                .await;
-            if let Err(e) = abandoned {
-                tracing::warn!(error = %e, "could not hand back held events; their leases expire instead");
-            }
-            self.held().clear();
-        }
+        // Anything still held belongs to handlers abandoned at a drain timeout: they may still
+        // be running, so their leases are left to run out (no heartbeat renews them now) and
+        // other workers take them over then.
+        self.held().clear();
         self.pool.close().await;
         Ok(())
     }

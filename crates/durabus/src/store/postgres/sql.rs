@@ -19,7 +19,6 @@ pub struct PgSql {
     pub release: String,
     pub recover: String,
     pub renew: String,
-    pub abandon: String,
     pub subscription_free_name: String,
     pub subscription_save: String,
     pub subscription_delete: String,
@@ -43,7 +42,7 @@ impl PgSql {
             // owner, token and length; the channel to notify (sent on commit) if any were stored.
             insert: format!(
                 "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-                            AS u(id, type, payload, metadata, created)),
+                            WITH ORDINALITY AS u(id, type, payload, metadata, created, ord)),
                  fresh AS (INSERT INTO {s}.event_ids (id) SELECT id FROM u
                            ON CONFLICT (id) DO NOTHING RETURNING id),
                  ins AS (
@@ -57,7 +56,7 @@ impl PgSql {
                          $7, $8,
                          CASE WHEN $6 THEN d.created + $9 END,
                          CASE WHEN $6 THEN d.created END
-                     FROM (SELECT DISTINCT ON (id) * FROM u) AS d JOIN fresh USING (id)
+                     FROM (SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord) AS d JOIN fresh USING (id)
                      RETURNING id),
                  n AS (SELECT count(pg_notify($10::text, '')) AS c
                        FROM (SELECT 1 FROM ins WHERE $10::text IS NOT NULL LIMIT 1) AS x)
@@ -125,8 +124,9 @@ impl PgSql {
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE id = ANY($1) AND status = 'processing' AND lease_owner = $2"
             ),
-            // This worker is starting: what it held before, what nobody holds and what a dead
-            // worker held (lease expired) goes back to pending, the attempt counted.
+            // This worker is starting: what nobody holds and what a dead worker held (lease
+            // expired) goes back to pending, the attempt counted. Live leases are left alone,
+            // this process's own included (its inline publishes may be running).
             recover: format!(
                 "UPDATE {s}.events SET status = 'pending', retry_count = retry_count + 1,
                      last_error = (coalesce(last_error::jsonb, '[]'::jsonb)
@@ -134,7 +134,7 @@ impl PgSql {
                      updated_at = $1, next_attempt_at = $1,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE status = 'processing'
-                     AND (lease_owner = $2 OR lease_owner IS NULL OR lease_expires_at <= $1)"
+                     AND (lease_owner IS NULL OR lease_expires_at <= $1)"
             ),
             // Only the leases this process knows it holds (by token): an event whose claim
             // committed but whose reply was lost (connection killed) is not renewed, so its lease
@@ -142,12 +142,6 @@ impl PgSql {
             renew: format!(
                 "UPDATE {s}.events SET lease_expires_at = $2
                  WHERE status = 'processing' AND lease_owner = $1 AND lease_token = ANY($3)"
-            ),
-            // Closing with events still held (handlers abandoned at a drain timeout): their
-            // leases end now, so other workers take them over at once.
-            abandon: format!(
-                "UPDATE {s}.events SET lease_expires_at = $2
-                 WHERE status = 'processing' AND lease_owner = $1"
             ),
             subscription_free_name: format!(
                 "DELETE FROM {s}.subscriptions WHERE name = $1 AND id <> $2"
