@@ -84,6 +84,10 @@ fn main() -> ExitCode {
         table_prefix: cli.table_prefix,
         schema: cli.schema,
     };
+    if let Err(e) = db.check_flags() {
+        eprintln!("durabus: {e}");
+        return ExitCode::from(2);
+    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => cmd::demo::run(&db, cli.json, args).await,

@@ -193,6 +193,30 @@ fn bad_arguments_are_refused() {
         ),
         "not found",
     );
+    // Options for the other kind of database are refused, not ignored.
+    let o = durabus(&db, &["--schema", "other", "events", "list"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--schema applies to PostgreSQL"),
+        "{}",
+        stderr(&o)
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .args([
+            "--db",
+            "postgres://u@127.0.0.1:1/x",
+            "--table-prefix",
+            "x_",
+            "stats",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--table-prefix applies to SQLite"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use durabus::rusqlite::Connection;
+use durabus::rusqlite::{Connection, TransactionBehavior};
 use durabus::{Event, EventBus, EventStatus, SqliteOptions, SubscribeOptions};
 
 #[tokio::main]
@@ -55,7 +55,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outbox = bus.outbox()?;
 
     // 1. Committed: the order row and its event, together.
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute(
         "INSERT INTO orders (id, item, cents) VALUES (1, 'teapot', 2500)",
         [],
@@ -69,7 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("committed order 1 with event {committed}");
 
     // 2. Rolled back (say, the payment failed): neither the row nor the event exists.
-    let tx = conn.transaction()?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute(
         "INSERT INTO orders (id, item, cents) VALUES (2, 'kettle', 4000)",
         [],

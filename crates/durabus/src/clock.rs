@@ -43,7 +43,7 @@ impl std::str::FromStr for Timestamp {
             .map(Timestamp::from_system_time)
             .map_err(|e| {
                 format!(
-                    "invalid timestamp {s:?}: {e}; expected RFC 3339 such as 2026-01-01T00:00:00Z"
+                    "invalid timestamp {s:?}: {e}; expected RFC 3339 in UTC such as 2026-01-01T00:00:00Z"
                 )
             })
     }

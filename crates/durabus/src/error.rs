@@ -90,7 +90,7 @@ pub enum Error {
     /// The event is not held by this worker: it was already finalized, or its lease expired
     /// and another worker took it over (fencing).
     #[error(
-        "event {0} is not held by this worker: it was already finalized, or its lease expired and another worker took it over"
+        "event {0} is not held by this worker: it was already finalized, or it was recovered or taken over by another worker (a restart, or an expired lease on PostgreSQL)"
     )]
     NotHeld(String),
 

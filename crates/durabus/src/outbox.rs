@@ -30,11 +30,13 @@ const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
 ///
 /// ```no_run
 /// # async fn demo() -> durabus::Result<()> {
-/// use durabus::{EventBus, rusqlite::Connection};
+/// use durabus::{EventBus, rusqlite::{Connection, TransactionBehavior}};
 /// let bus = EventBus::open("app.db").await?;
 /// let outbox = bus.outbox()?;
 /// let mut conn = Connection::open("app.db")?;
-/// let tx = conn.transaction()?;
+/// conn.busy_timeout(std::time::Duration::from_secs(5))?;
+/// // Immediate: take the write lock up front (the bus writes to the same file).
+/// let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
 /// tx.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)", [])?;
 /// tx.execute("INSERT INTO orders (id) VALUES (1)", [])?;
 /// outbox.publish(&tx, "order.placed", &serde_json::json!({"order": 1}))?;
@@ -145,17 +147,31 @@ impl Outbox {
             return Ok(ids);
         }
         let now = self.clock.now().as_millis();
+        // Outside a transaction, the savepoint is the transaction and its RELEASE the commit.
+        let own_transaction = conn.is_autocommit();
         conn.execute_batch("SAVEPOINT durabus_outbox")
             .map_err(|e| self.explain(e))?;
-        match self.write(conn, &events, now) {
-            Ok(()) => {
-                conn.execute_batch("RELEASE durabus_outbox")
-                    .map_err(|e| self.explain(e))?;
-                Ok(ids)
-            }
+        let result = self.write(conn, &events, now).and_then(|()| {
+            conn.execute_batch("RELEASE durabus_outbox")
+                .map_err(|e| self.explain(e))
+        });
+        match result {
+            Ok(()) => Ok(ids),
             Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK TO durabus_outbox; RELEASE durabus_outbox");
-                Err(e)
+                let undone =
+                    conn.execute_batch("ROLLBACK TO durabus_outbox; RELEASE durabus_outbox");
+                if own_transaction && !conn.is_autocommit() {
+                    let _ = conn.execute_batch("ROLLBACK");
+                }
+                match undone {
+                    Ok(()) => Err(e),
+                    // SQLite already rolled the whole transaction back (disk full, I/O error):
+                    // the caller's own writes are gone too.
+                    Err(_) if !own_transaction => Err(Error::Database(format!(
+                        "{e}; SQLite rolled back the whole transaction, the application's writes in it included: run it again"
+                    ))),
+                    Err(_) => Err(e),
+                }
             }
         }
     }
@@ -186,7 +202,15 @@ impl Outbox {
 
     fn explain(&self, e: rusqlite::Error) -> Error {
         let text = e.to_string();
-        if text.contains("no such table") {
+        let busy = matches!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        );
+        if busy {
+            Error::Database(format!(
+                "{text}: another connection holds the write lock; set a busy_timeout on your connection and begin write transactions with TransactionBehavior::Immediate, so the lock is taken before the transaction reads"
+            ))
+        } else if text.contains("no such table") {
             Error::Database(format!(
                 "{text}: open the bus on this database file first (it creates its tables), with the same table prefix ({:?})",
                 self.sql.prefix

@@ -497,3 +497,64 @@ fn hot_statements_are_not_recompiled_on_every_run() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_database_from_before_table_prefixes_is_renamed_and_keeps_its_events() {
+    let (_dir, path) = temp();
+    let id = durabus::EventId::new();
+    {
+        // The layout of schema version 1 before table prefixes existed.
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL;
+             CREATE TABLE durabus_meta (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL);
+             INSERT INTO durabus_meta VALUES ('schema_version', '1');
+             CREATE TABLE events (id TEXT PRIMARY KEY NOT NULL, type TEXT NOT NULL,
+                 payload TEXT NOT NULL, status TEXT NOT NULL DEFAULT 'pending',
+                 retry_count INTEGER NOT NULL DEFAULT 0, last_error TEXT, metadata TEXT,
+                 delivered TEXT, created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL,
+                 next_attempt_at INTEGER, dlq_at INTEGER);
+             CREATE INDEX events_due ON events(next_attempt_at) WHERE status = 'pending';
+             CREATE INDEX events_dlq ON events(created_at, id) WHERE status = 'dlq';
+             CREATE INDEX events_processing ON events(id) WHERE status = 'processing';
+             CREATE TABLE subscriptions (id TEXT PRIMARY KEY NOT NULL, name TEXT UNIQUE,
+                 event_type TEXT NOT NULL, created_at INTEGER NOT NULL);",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO events (id, type, payload, created_at, updated_at, next_attempt_at)
+             VALUES (?1, 'old.event', '{\"n\":1}', 5, 5, 5)",
+            [id.to_string()],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap();
+    let old = store
+        .get_event(id)
+        .await
+        .unwrap()
+        .expect("the old event is kept");
+    assert_eq!(old.event_type, "old.event");
+    let claimed = store.claim_due(Timestamp(10), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    store.close().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    let names: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE name LIKE '%events%' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        names,
+        vec![
+            "durabus_events",
+            "durabus_events_dlq",
+            "durabus_events_due",
+            "durabus_events_processing"
+        ]
+    );
+}

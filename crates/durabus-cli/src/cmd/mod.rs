@@ -56,6 +56,22 @@ impl Db {
         }
     }
 
+    /// Refuses options that do not apply to this kind of database, rather than ignoring them.
+    pub fn check_flags(&self) -> Result<(), String> {
+        if self.is_postgres() && self.table_prefix != durabus::store::sqlite::DEFAULT_PREFIX {
+            return Err(
+                "--table-prefix applies to SQLite files; for PostgreSQL, use --schema".into(),
+            );
+        }
+        if !self.is_postgres() && self.schema != durabus::store::postgres::DEFAULT_SCHEMA {
+            return Err(
+                "--schema applies to PostgreSQL (--db postgres://…); for SQLite, use --table-prefix"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The options that select this database on the command line.
     pub fn cli_args(&self) -> String {
         let mut args = format!("--db {}", self.display());

@@ -50,7 +50,7 @@ pub(super) fn run(
     ) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(error = %e, "cannot open the checkpoint connection; the WAL grows until the store closes");
+            tracing::error!(error = %e, "cannot open the checkpoint connection: the WAL grows until the store closes, and commits by other connections are found only by polling");
             return;
         }
     };

@@ -134,9 +134,12 @@ impl SqliteStore {
 
     fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
         let sql = Arc::new(Sql::new(&options.table_prefix)?);
-        if options.watch_interval.is_some_and(|d| d.is_zero()) {
+        if options
+            .watch_interval
+            .is_some_and(|d| d < Duration::from_millis(1))
+        {
             return Err(Error::InvalidConfig(
-                "watch_interval must be above zero (or None to turn it off)".into(),
+                "watch_interval must be at least 1 ms (or None to turn it off)".into(),
             ));
         }
         if path.as_os_str().is_empty() || path.to_str() == Some(":memory:") {

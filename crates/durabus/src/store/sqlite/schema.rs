@@ -40,6 +40,24 @@ pub(super) const MIGRATIONS: &[&str] = &[
     );",
 ];
 
+/// Databases written before table prefixes existed have unprefixed tables (`events`,
+/// `subscriptions`) under `durabus_meta` version 1. They are renamed to the default prefix's
+/// names; their indexes are rebuilt under the new names by migration 1. (Their tables keep the
+/// old column definitions, without the CHECK constraints on type and payload.)
+const LEGACY_RENAME: &str = "ALTER TABLE events RENAME TO durabus_events;
+    ALTER TABLE subscriptions RENAME TO durabus_subscriptions;
+    DROP INDEX IF EXISTS events_due;
+    DROP INDEX IF EXISTS events_dlq;
+    DROP INDEX IF EXISTS events_processing;";
+
+fn table_exists(conn: &Connection, name: &str) -> Result<bool> {
+    Ok(conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |r| r.get(0),
+    )?)
+}
+
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
@@ -58,6 +76,17 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
         .optional()?
         .map(|v| v.parse().unwrap_or(0))
         .unwrap_or(0);
+    let legacy = sql.prefix == super::sql::DEFAULT_PREFIX
+        && current >= 1
+        && table_exists(conn, "events")?
+        && !table_exists(conn, "durabus_events")?;
+    if legacy {
+        tracing::info!("renaming the tables of an older durabus database to the durabus_ prefix");
+        conn.execute_batch(LEGACY_RENAME)?;
+        if let Some(first) = sql.migrations().first() {
+            conn.execute_batch(first)?;
+        }
+    }
     if current > SCHEMA_VERSION {
         return Err(Error::SchemaTooNew {
             found: current,

@@ -9,10 +9,13 @@ use crate::event::EventStatus;
 /// `durabus_subscriptions` and `durabus_meta`.
 pub const DEFAULT_PREFIX: &str = "durabus_";
 
-/// Checks a table prefix: ASCII letters, digits and `_`, not starting with a digit, at most 32
-/// characters. It is written into SQL, so nothing else is allowed.
+/// Checks a table prefix: 1 to 32 ASCII letters, digits and `_`, not starting with a digit or
+/// with `sqlite_` (reserved by SQLite). It is written into SQL, so nothing else is allowed; it
+/// may not be empty, since `events` and `meta` are common names of applications' own tables.
 pub fn validate_prefix(prefix: &str) -> Result<()> {
-    let ok = prefix.len() <= 32
+    let ok = !prefix.is_empty()
+        && !prefix.to_ascii_lowercase().starts_with("sqlite_")
+        && prefix.len() <= 32
         && prefix
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -21,7 +24,7 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidConfig(format!(
-            "table prefix {prefix:?} must be at most 32 ASCII letters, digits or '_', not starting with a digit"
+            "table prefix {prefix:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit or sqlite_"
         )))
     }
 }
@@ -204,10 +207,20 @@ mod tests {
 
     #[test]
     fn prefixes_are_checked() {
-        for ok in ["", "durabus_", "app_bus_", "X1_"] {
+        for ok in ["durabus_", "app_bus_", "X1_", "bus"] {
             assert!(validate_prefix(ok).is_ok(), "{ok}");
         }
-        for bad in ["1x", "a-b", "a b", "a;drop", "é", &"x".repeat(33)] {
+        for bad in [
+            "",
+            "1x",
+            "a-b",
+            "a b",
+            "a;drop",
+            "é",
+            "sqlite_x",
+            "SQLite_",
+            &"x".repeat(33),
+        ] {
             assert!(
                 matches!(validate_prefix(bad), Err(Error::InvalidConfig(_))),
                 "{bad}"
