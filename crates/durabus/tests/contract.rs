@@ -69,6 +69,7 @@ macro_rules! all_contract_tests {
             store::a_failed_insert_stores_none_of_its_events,
             store::an_id_already_stored_is_stored_once,
             lifecycle::poll_and_finalize_run_a_loop_of_ones_own,
+            lifecycle::recover_without_start_sends_a_crashed_loops_events_back,
             history::publishing_one_id_again_stores_and_delivers_it_once,
             history::history_lists_by_type_status_and_time,
             history::purge_removes_only_done_events_completed_at_or_before_the_cutoff,

@@ -8,12 +8,34 @@ use crate::retry::RetryPolicy;
 use crate::store::Outcome;
 
 impl EventBus {
+    /// For applications that run their own loop instead of [`start`](Self::start)ing the
+    /// bus's workers: call once at start-up, before the first [`poll`](Self::poll). Sends events
+    /// a crashed process left in `processing` back for delivery (counting the interrupted
+    /// attempt, as `start` does) and, on PostgreSQL, starts the heartbeat that renews the
+    /// leases of polled events until [`shutdown`](Self::shutdown). Returns how many events were
+    /// recovered. (Do not also call `start` unless you want the bus's workers: they deliver
+    /// every due event to the subscribed handlers, and an event nobody subscribes to is done.)
+    pub async fn recover(&self) -> Result<u64> {
+        if self.is_shutdown() {
+            return Err(Error::Shutdown);
+        }
+        let recovered = self
+            .inner
+            .store
+            .recover_processing(self.inner.clock.now())
+            .await?;
+        self.start_heartbeat().await;
+        Ok(recovered)
+    }
+
     /// Takes one due event for this caller, or `None` if nothing is due; never waits. The event
-    /// is `processing` and held by this process (on PostgreSQL: leased, renewed while the bus
-    /// is [`start`](Self::start)ed) until [`finalize`](Self::finalize) reports its result.
+    /// is `processing` and held by this process (on PostgreSQL: leased, renewed after
+    /// [`recover`](Self::recover) or [`start`](Self::start)) until
+    /// [`finalize`](Self::finalize) reports its result.
     ///
     /// ```no_run
     /// # async fn work(bus: durabus::EventBus) -> durabus::Result<()> {
+    /// bus.recover().await?; // once, at start-up
     /// while let Some(event) = bus.poll().await? {
     ///     let ok = !event.payload.is_empty(); // handle it
     ///     bus.finalize(event.id, ok).await?;

@@ -451,14 +451,21 @@ impl EventBus {
             self.inner.stop.subscribe(),
         ));
         *self.inner.worker.lock().await = Some(handle);
-        if let Some(every) = self.inner.store.heartbeat_interval() {
-            let beat = tokio::spawn(crate::dispatch::worker::heartbeat(
+        self.start_heartbeat().await;
+        Ok(recovered)
+    }
+
+    /// Starts renewing the store's leases (PostgreSQL), once.
+    pub(crate) async fn start_heartbeat(&self) {
+        let mut beat = self.inner.heartbeat.lock().await;
+        if beat.is_none()
+            && let Some(every) = self.inner.store.heartbeat_interval()
+        {
+            *beat = Some(tokio::spawn(crate::dispatch::worker::heartbeat(
                 self.inner.clone(),
                 every,
-            ));
-            *self.inner.heartbeat.lock().await = Some(beat);
+            )));
         }
-        Ok(recovered)
     }
 
     /// Dispatches running now (inline publishes and background deliveries).

@@ -432,6 +432,7 @@ pub async fn poll_and_finalize_run_a_loop_of_ones_own(h: &Harness) {
         .build()
         .await
         .unwrap();
+    assert_eq!(bus.recover().await.unwrap(), 0);
     assert!(bus.poll().await.unwrap().is_none(), "nothing due");
     let ok = bus.enqueue("own.ok", &1).await.unwrap();
     let bad = bus.enqueue("own.bad", &2).await.unwrap();
@@ -470,4 +471,26 @@ pub async fn poll_and_finalize_run_a_loop_of_ones_own(h: &Harness) {
     ));
     bus.shutdown().await.unwrap();
     assert!(matches!(bus.poll().await, Err(Error::Shutdown)));
+    assert!(matches!(bus.recover().await, Err(Error::Shutdown)));
+}
+
+pub async fn recover_without_start_sends_a_crashed_loops_events_back(h: &Harness) {
+    // A process running its own loop crashed holding an event.
+    let crashed = h.bus().await;
+    let id = crashed.enqueue("own.job", &1).await.unwrap();
+    assert_eq!(crashed.poll().await.unwrap().unwrap().id, id);
+    drop(crashed);
+    h.advance(PAST_ANY_LEASE);
+    let bus = h.bus().await;
+    assert_eq!(bus.recover().await.unwrap(), 1);
+    let again = bus.poll().await.unwrap().expect("the event is due again");
+    assert_eq!((again.id, again.retry_count), (id, 1));
+    assert!(
+        again.errors[0].contains("interrupted"),
+        "{:?}",
+        again.errors
+    );
+    bus.finalize(id, true).await.unwrap();
+    assert_eq!(get(&bus, id).await.status, EventStatus::Done);
+    bus.shutdown().await.unwrap();
 }
