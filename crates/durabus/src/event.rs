@@ -190,6 +190,19 @@ impl NewEvent {
         })
     }
 
+    /// Checks the type and the payload's size against `max_payload_bytes`: fails with
+    /// [`Error::InvalidEventType`] or [`Error::PayloadTooLarge`]. Every way of publishing runs
+    /// this before anything is written.
+    pub fn check(&self, max_payload_bytes: usize) -> Result<()> {
+        if self.payload.len() > max_payload_bytes {
+            return Err(Error::PayloadTooLarge {
+                size: self.payload.len(),
+                limit: max_payload_bytes,
+            });
+        }
+        validate_event_type(&self.event_type)
+    }
+
     /// Uses `id` instead of a fresh one. Publishing an id that is already stored stores and
     /// delivers nothing and returns the id, so a caller that retries a publish (after a
     /// timeout, say) with the same id gets the event exactly once. Ids are UUIDs; use

@@ -14,7 +14,6 @@ use serde::Serialize;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::event::{EventId, NewEvent};
-use crate::pattern::validate_event_type;
 use crate::store::sqlite::Sql;
 
 /// The payload limit of an [`Outbox`] unless set: the bus's default, 1 MiB.
@@ -134,13 +133,7 @@ impl Outbox {
     /// Returns the ids in order.
     pub fn publish_batch(&self, conn: &Connection, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
         for e in &events {
-            validate_event_type(&e.event_type)?;
-            if e.payload.len() > self.max_payload_bytes {
-                return Err(Error::PayloadTooLarge {
-                    size: e.payload.len(),
-                    limit: self.max_payload_bytes,
-                });
-            }
+            e.check(self.max_payload_bytes)?;
         }
         let ids = events.iter().map(|e| e.id).collect();
         if events.is_empty() {

@@ -208,14 +208,7 @@ impl EventBus {
     }
 
     fn check_size(&self, event: &NewEvent) -> Result<()> {
-        let limit = self.inner.config.max_payload_bytes;
-        if event.payload.len() > limit {
-            return Err(Error::PayloadTooLarge {
-                size: event.payload.len(),
-                limit,
-            });
-        }
-        crate::pattern::validate_event_type(&event.event_type)
+        event.check(self.inner.config.max_payload_bytes)
     }
 
     fn map_closed(e: Error) -> Error {

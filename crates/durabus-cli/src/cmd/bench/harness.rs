@@ -134,6 +134,50 @@ pub fn batches(from: u64, to: u64) -> impl Iterator<Item = anyhow::Result<Vec<Ne
         .map(move |start| (start..(start + 1000).min(to)).map(event).collect())
 }
 
+/// One caller awaiting each durable enqueue of `n` events: events/s.
+pub async fn enqueue_sequentially(bus: &EventBus, n: u64) -> anyhow::Result<f64> {
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        bus.enqueue_event(event(i)?).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// `callers` tasks enqueueing `n / callers` events each, all at once: (events enqueued,
+/// events/s).
+pub async fn enqueue_concurrently(
+    bus: &Arc<EventBus>,
+    n: u64,
+    callers: usize,
+) -> anyhow::Result<(u64, f64)> {
+    let per = n / callers as u64;
+    let start = std::time::Instant::now();
+    let mut tasks = Vec::with_capacity(callers);
+    for c in 0..callers as u64 {
+        let bus = bus.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                bus.enqueue_event(event(c * per + i)?).await?;
+            }
+            anyhow::Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let total = per * callers as u64;
+    Ok((total, total as f64 / start.elapsed().as_secs_f64()))
+}
+
+/// `n` events in batches of 1,000, one call each: events/s.
+pub async fn enqueue_batches(bus: &EventBus, n: u64) -> anyhow::Result<f64> {
+    let start = std::time::Instant::now();
+    for events in batches(0, n) {
+        bus.enqueue_batch(events?).await?;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
 /// Counts deliveries; wakes a waiter when a target is reached.
 #[derive(Default)]
 pub struct Counter {

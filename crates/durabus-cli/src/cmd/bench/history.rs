@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use durabus::EventBus;
 
-use super::harness::{Bench, Counter, batches, event, median};
+use super::harness::{Bench, Counter, batches, enqueue_concurrently, median};
 
 const LIMIT: Duration = Duration::from_secs(600);
 
@@ -72,23 +72,7 @@ async fn one_run(b: &Bench, path: &Path, n: u64, callers: usize) -> anyhow::Resu
     let counter = Arc::new(Counter::default());
     counter.subscribe(&bus).await?;
 
-    let per = n / callers as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::with_capacity(callers);
-    for c in 0..callers as u64 {
-        let bus = bus.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per {
-                bus.enqueue_event(event(c * per + i)?).await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let published = per * callers as u64;
-    let publish_eps = published as f64 / start.elapsed().as_secs_f64();
+    let (published, publish_eps) = enqueue_concurrently(&bus, n, callers).await?;
 
     let start = Instant::now();
     bus.start().await?;

@@ -14,7 +14,9 @@ use durabus::sqlx::{self, AssertSqlSafe, Row};
 use durabus::{EventBus, NewEvent};
 use serde::Serialize;
 
-use super::harness::{batches, event, median, percentile};
+use super::harness::{
+    batches, enqueue_batches, enqueue_concurrently, enqueue_sequentially, median, percentile,
+};
 use crate::cmd::Db;
 use crate::cmd::worker::now_us;
 
@@ -93,15 +95,23 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         ..PgReport::default()
     };
     say(&plan, "publish, one caller awaiting each commit");
-    r.publish_seq_eps = publish_runs(db, &plan, |bus| sequential(bus, scale(5_000, 500))).await?;
+    r.publish_seq_eps = publish_runs(db, &plan, async |bus| {
+        enqueue_sequentially(&bus, scale(5_000, 500)).await
+    })
+    .await?;
     say(&plan, "publish, concurrent callers");
     let callers = plan.concurrency;
-    r.publish_concurrent_eps = publish_runs(db, &plan, move |bus| {
-        concurrent(bus, scale(50_000, 5_000), callers)
+    r.publish_concurrent_eps = publish_runs(db, &plan, async |bus| {
+        Ok(enqueue_concurrently(&bus, scale(50_000, 5_000), callers)
+            .await?
+            .1)
     })
     .await?;
     say(&plan, "publish, batches of 1,000");
-    r.publish_batch_eps = publish_runs(db, &plan, |bus| batch(bus, scale(200_000, 20_000))).await?;
+    r.publish_batch_eps = publish_runs(db, &plan, async |bus| {
+        enqueue_batches(&bus, scale(200_000, 20_000)).await
+    })
+    .await?;
 
     let mut eps = Vec::new();
     let mut latencies = Vec::new();
@@ -133,10 +143,9 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
 }
 
 /// Runs a publish measurement `runs` times (after a warm-up), each on a fresh schema.
-async fn publish_runs<F, Fut>(db: &Db, plan: &Plan, f: F) -> anyhow::Result<f64>
+async fn publish_runs<F>(db: &Db, plan: &Plan, f: F) -> anyhow::Result<f64>
 where
-    F: Fn(Arc<EventBus>) -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<f64>>,
+    F: AsyncFn(Arc<EventBus>) -> anyhow::Result<f64>,
 {
     let mut out = Vec::new();
     for run in 0..=plan.runs {
@@ -150,41 +159,6 @@ where
         }
     }
     Ok(median(out))
-}
-
-async fn sequential(bus: Arc<EventBus>, n: u64) -> anyhow::Result<f64> {
-    let start = Instant::now();
-    for i in 0..n {
-        bus.enqueue_event(event(i)?).await?;
-    }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
-}
-
-async fn concurrent(bus: Arc<EventBus>, n: u64, callers: usize) -> anyhow::Result<f64> {
-    let per = n / callers as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::with_capacity(callers);
-    for c in 0..callers as u64 {
-        let bus = bus.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per {
-                bus.enqueue_event(event(c * per + i)?).await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    Ok((per * callers as u64) as f64 / start.elapsed().as_secs_f64())
-}
-
-async fn batch(bus: Arc<EventBus>, n: u64) -> anyhow::Result<f64> {
-    let start = Instant::now();
-    for events in batches(0, n) {
-        bus.enqueue_batch(events?).await?;
-    }
-    Ok(n as f64 / start.elapsed().as_secs_f64())
 }
 
 struct EndToEnd {

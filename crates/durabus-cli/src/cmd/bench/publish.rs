@@ -3,16 +3,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::harness::{Bench, event};
+use super::harness::{Bench, enqueue_batches, enqueue_concurrently, enqueue_sequentially, event};
 
 /// One caller awaiting each durable enqueue.
 pub async fn sequential(b: &Bench, n: u64) -> anyhow::Result<f64> {
     let bus = b.builder().build().await?;
-    let start = Instant::now();
-    for i in 0..n {
-        bus.enqueue_event(event(i)?).await?;
-    }
-    let eps = n as f64 / start.elapsed().as_secs_f64();
+    let eps = enqueue_sequentially(&bus, n).await?;
     bus.shutdown().await?;
     Ok(eps)
 }
@@ -20,22 +16,7 @@ pub async fn sequential(b: &Bench, n: u64) -> anyhow::Result<f64> {
 /// `callers` tasks enqueueing at once; group commit shares each commit among them.
 pub async fn concurrent(b: &Bench, n: u64, callers: usize) -> anyhow::Result<f64> {
     let bus = Arc::new(b.builder().build().await?);
-    let per = n / callers as u64;
-    let start = Instant::now();
-    let mut tasks = Vec::with_capacity(callers);
-    for c in 0..callers as u64 {
-        let bus = bus.clone();
-        tasks.push(tokio::spawn(async move {
-            for i in 0..per {
-                bus.enqueue_event(event(c * per + i)?).await?;
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let eps = (per * callers as u64) as f64 / start.elapsed().as_secs_f64();
+    let (_, eps) = enqueue_concurrently(&bus, n, callers).await?;
     bus.shutdown().await?;
     Ok(eps)
 }
@@ -43,15 +24,7 @@ pub async fn concurrent(b: &Bench, n: u64, callers: usize) -> anyhow::Result<f64
 /// Batches of 1,000 events, one transaction each.
 pub async fn batch(b: &Bench, n: u64) -> anyhow::Result<f64> {
     let bus = b.builder().build().await?;
-    let batches = n.div_ceil(1000);
-    let start = Instant::now();
-    for k in 0..batches {
-        let events = (0..1000)
-            .map(|i| event(k * 1000 + i))
-            .collect::<anyhow::Result<Vec<_>>>()?;
-        bus.enqueue_batch(events).await?;
-    }
-    let eps = (batches * 1000) as f64 / start.elapsed().as_secs_f64();
+    let eps = enqueue_batches(&bus, n).await?;
     bus.shutdown().await?;
     Ok(eps)
 }

@@ -8,9 +8,8 @@ use super::insert::{Rows, insert_rows};
 
 use super::sql::PgSql;
 use crate::clock::Timestamp;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::event::{EventId, NewEvent};
-use crate::pattern::validate_event_type;
 
 /// Writes events into a PostgreSQL bus's tables inside the application's own transaction: the
 /// events exist, and are delivered, only if that transaction commits. The `NOTIFY` that wakes
@@ -76,13 +75,7 @@ impl PgOutbox {
         now: Timestamp,
     ) -> Result<Vec<EventId>> {
         for e in &events {
-            validate_event_type(&e.event_type)?;
-            if e.payload.len() > self.max_payload_bytes {
-                return Err(Error::PayloadTooLarge {
-                    size: e.payload.len(),
-                    limit: self.max_payload_bytes,
-                });
-            }
+            e.check(self.max_payload_bytes)?;
         }
         let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
         if events.is_empty() {
