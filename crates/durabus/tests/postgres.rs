@@ -557,3 +557,44 @@ async fn processes_subscribing_with_one_name_at_once_both_succeed() {
     b.close().await.unwrap();
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_never_takes_back_an_event_it_is_still_delivering() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let clock = ManualClock::default();
+    let a = PgStore::connect(&pg_url(), short_lease(&schema))
+        .await
+        .unwrap();
+    let e = NewEvent::new("x.slow", &1).unwrap();
+    let id = e.id;
+    a.insert(vec![e], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    assert_eq!(a.claim_due(clock.now(), 10).await.unwrap().len(), 1);
+    // Its heartbeats failed and the lease ran out, but the delivery is still running here:
+    // this process neither claims it again nor resets it at a start-up recovery...
+    clock.advance(Duration::from_secs(5));
+    assert!(a.claim_due(clock.now(), 10).await.unwrap().is_empty());
+    assert_eq!(a.recover_processing(clock.now()).await.unwrap(), 0);
+    // ...and its outcome counts, since nobody else took the event over.
+    assert!(
+        a.record(
+            Outcome::Done {
+                id,
+                delivered: vec![]
+            },
+            clock.now()
+        )
+        .await
+        .unwrap()
+    );
+    assert_eq!(
+        a.get_event(id).await.unwrap().unwrap().status,
+        EventStatus::Done
+    );
+    a.close().await.unwrap();
+    drop_schema(&schema).await;
+}

@@ -228,12 +228,15 @@ pub async fn attempts_used_up_by_crashes_end_in_the_dlq_without_another_run(h: &
         .insert(vec![e], InsertMode::Claimed, h.clock.now())
         .await
         .unwrap();
+    store.close().await.unwrap();
+    // Four more processes start, recover the event, take it, and die with it.
     for _ in 0..4 {
         h.advance(PAST_ANY_LEASE);
-        store.recover_processing(h.clock.now()).await.unwrap();
+        let store = h.backend.open().await;
+        assert_eq!(store.recover_processing(h.clock.now()).await.unwrap(), 1);
         assert_eq!(store.claim_due(h.clock.now(), 10).await.unwrap().len(), 1);
+        store.close().await.unwrap();
     }
-    store.close().await.unwrap();
     h.advance(PAST_ANY_LEASE);
     let bus = h.bus().await;
     let calls = Arc::new(AtomicU32::new(0));

@@ -274,6 +274,14 @@ impl PgStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The distinct lease tokens of the events this process holds.
+    fn held_tokens(&self) -> Vec<Uuid> {
+        let mut tokens: Vec<Uuid> = self.held().values().copied().collect();
+        tokens.sort_unstable();
+        tokens.dedup();
+        tokens
+    }
+
     /// Tells other processes' workers that events became due. Best effort: the write it
     /// follows has committed, and workers poll anyway.
     async fn notify_others(&self) {
@@ -398,12 +406,14 @@ impl Store for PgStore {
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
         self.check()?;
         let token = Uuid::now_v7();
+        let holding = self.held_tokens();
         let rows = q(&self.sql.claim)
             .bind(now.as_millis())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(&self.worker)
             .bind(token)
             .bind(self.lease_ms)
+            .bind(&holding)
             .fetch_all(&self.pool)
             .await?;
         {
@@ -511,6 +521,7 @@ impl Store for PgStore {
         self.check()?;
         let n = q(&self.sql.recover)
             .bind(now.as_millis())
+            .bind(self.held_tokens())
             .execute(&self.pool)
             .await?
             .rows_affected();
@@ -717,12 +728,10 @@ impl Store for PgStore {
 
     async fn heartbeat(&self, now: Timestamp) -> Result<()> {
         self.check()?;
-        let mut tokens: Vec<Uuid> = self.held().values().copied().collect();
+        let tokens = self.held_tokens();
         if tokens.is_empty() {
             return Ok(());
         }
-        tokens.sort_unstable();
-        tokens.dedup();
         q(&self.sql.renew)
             .bind(&self.worker)
             .bind(now.as_millis().saturating_add(self.lease_ms))

@@ -64,11 +64,14 @@ impl PgSql {
             ),
             // Due pending events and events whose lease expired (their worker is gone: the
             // interrupted attempt counts), locked with SKIP LOCKED so concurrent workers never
-            // take the same row.
+            // take the same row. Never an event this process still holds (`$6`, its tokens):
+            // its delivery may still be running here, and its outcome must stay the one that
+            // counts unless another worker takes the event over.
             claim: format!(
                 "WITH expired AS (
                      SELECT id FROM {s}.events
                      WHERE status = 'processing' AND lease_expires_at <= $1
+                         AND lease_token <> ALL($6::uuid[])
                      ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED),
                  due AS (
                      SELECT id FROM {s}.events
@@ -134,7 +137,8 @@ impl PgSql {
                      updated_at = $1, next_attempt_at = $1,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE status = 'processing'
-                     AND (lease_owner IS NULL OR lease_expires_at <= $1)"
+                     AND (lease_owner IS NULL OR lease_expires_at <= $1)
+                     AND (lease_token IS NULL OR lease_token <> ALL($2::uuid[]))"
             ),
             // Only the leases this process knows it holds (by token): an event whose claim
             // committed but whose reply was lost (connection killed) is not renewed, so its lease
