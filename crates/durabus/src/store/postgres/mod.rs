@@ -11,7 +11,9 @@
 
 mod insert;
 mod listen;
+mod options;
 mod outbox;
+mod record;
 mod rows;
 mod schema;
 mod sql;
@@ -23,61 +25,23 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{Postgres, Row};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+pub use options::{DEFAULT_SCHEMA, PgOptions, validate_schema};
 pub use outbox::PgOutbox;
 pub use schema::SCHEMA_VERSION;
 
+use self::options::worker_identity;
 use self::sql::PgSql;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventId, EventStatus, NewEvent};
+use crate::event::{Event, EventId, NewEvent};
 use crate::store::{
     EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow,
 };
-
-/// The schema used unless another is configured.
-pub const DEFAULT_SCHEMA: &str = "durabus";
-
-/// Options of the PostgreSQL store.
-#[derive(Debug, Clone)]
-pub struct PgOptions {
-    /// The PostgreSQL schema holding the bus's tables, created if missing. Independent buses
-    /// can share one database under different schemas. Defaults to [`DEFAULT_SCHEMA`].
-    pub schema: String,
-    /// Connections in the pool. Defaults to 10.
-    pub max_connections: u32,
-    /// How long a claimed event stays with its worker without a heartbeat before other workers
-    /// may take it over (the abandonment timeout). Defaults to 5 minutes; heartbeats renew it
-    /// every third of it.
-    pub lease: Duration,
-    /// How long a call waits for a connection (for example while PostgreSQL is down) before
-    /// failing with [`Error::Unavailable`]. Defaults to 5 s.
-    pub acquire_timeout: Duration,
-    /// Listen for other processes' publishes with `LISTEN/NOTIFY`. Defaults to `true`; without
-    /// it, workers find new events by polling.
-    pub listen: bool,
-    /// Create (and migrate) the schema if it does not exist. Defaults to `true`; with `false`,
-    /// connecting to a database without durabus's tables in the schema fails with
-    /// [`Error::NotADatabase`] (inspection tools never create anything).
-    pub create: bool,
-}
-
-impl Default for PgOptions {
-    fn default() -> Self {
-        PgOptions {
-            schema: DEFAULT_SCHEMA.to_owned(),
-            max_connections: 10,
-            lease: Duration::from_secs(300),
-            acquire_timeout: Duration::from_secs(5),
-            listen: true,
-            create: true,
-        }
-    }
-}
 
 /// A [`Store`] on a PostgreSQL database.
 #[derive(Debug)]
@@ -85,7 +49,6 @@ pub struct PgStore {
     pool: PgPool,
     sql: Arc<PgSql>,
     schema: String,
-    quoted: String,
     channel: String,
     worker: String,
     lease_ms: i64,
@@ -100,42 +63,12 @@ pub struct PgStore {
     listener: Mutex<Option<JoinHandle<()>>>,
 }
 
-/// Checks a schema name: ASCII letters, digits and `_`, not starting with a digit, 1 to 48
-/// characters (it is written into SQL and into the notification channel's name).
-pub fn validate_schema(schema: &str) -> Result<()> {
-    let ok = !schema.is_empty()
-        && schema.len() <= 48
-        && schema
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !schema.starts_with(|c: char| c.is_ascii_digit());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidConfig(format!(
-            "schema {schema:?} must be 1 to 48 ASCII letters, digits or '_', not starting with a digit"
-        )))
-    }
-}
-
-/// This process's identity on the rows it holds: host, process id and a random part.
-fn worker_identity() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".into());
-    let tag = Uuid::now_v7().simple().to_string();
-    format!("{host}:{}:{}", std::process::id(), &tag[tag.len() - 8..])
-}
-
 /// A query on SQL built at run time (statements with the schema name filled in).
 pub(super) fn q(sql: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(sqlx::AssertSqlSafe(sql))
 }
 
-fn json_list(items: &[String]) -> Option<String> {
+pub(super) fn json_list(items: &[String]) -> Option<String> {
     if items.is_empty() {
         None
     } else {
@@ -227,7 +160,6 @@ impl PgStore {
             inserter,
             inserts: Mutex::new(Some(inserts)),
             schema,
-            quoted,
             channel,
             worker,
             lease_ms,
@@ -292,81 +224,6 @@ impl PgStore {
         if let Err(e) = sent {
             tracing::debug!(error = %e, "NOTIFY failed; other workers find the events by polling");
         }
-    }
-
-    async fn record_in(
-        &self,
-        tx: &mut Transaction<'_, Postgres>,
-        outcomes: &[Outcome],
-        tokens: &[Option<Uuid>],
-        now: i64,
-    ) -> Result<Vec<bool>> {
-        let mut flags = vec![false; outcomes.len()];
-        let (mut ids, mut toks, mut delivered, mut at) = (vec![], vec![], vec![], vec![]);
-        for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
-            let (Outcome::Done { id, delivered: d }, Some(t)) = (o, t) else {
-                continue;
-            };
-            ids.push(id.0);
-            toks.push(*t);
-            delivered.push(json_list(d));
-            at.push(i);
-        }
-        if !ids.is_empty() {
-            let moved: Vec<Uuid> = q(&self.sql.done)
-                .bind(&ids)
-                .bind(&toks)
-                .bind(&delivered)
-                .bind(now)
-                .fetch_all(&mut **tx)
-                .await?
-                .iter()
-                .map(|r| r.try_get::<Uuid, _>(0))
-                .collect::<std::result::Result<_, _>>()?;
-            for (k, id) in ids.iter().enumerate() {
-                flags[at[k]] = moved.contains(id);
-            }
-        }
-        for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
-            let Some(t) = t else { continue };
-            let n = match o {
-                Outcome::Done { .. } => continue,
-                Outcome::Retry {
-                    id,
-                    retry_count,
-                    errors,
-                    delivered,
-                    next_attempt_at,
-                } => q(&self.sql.retry)
-                    .bind(id.0)
-                    .bind(t)
-                    .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
-                    .bind(json_list(errors))
-                    .bind(json_list(delivered))
-                    .bind(now)
-                    .bind(next_attempt_at.as_millis())
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected(),
-                Outcome::Dead {
-                    id,
-                    retry_count,
-                    errors,
-                    delivered,
-                } => q(&self.sql.dead)
-                    .bind(id.0)
-                    .bind(t)
-                    .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
-                    .bind(json_list(errors))
-                    .bind(json_list(delivered))
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected(),
-            };
-            flags[i] = n == 1;
-        }
-        Ok(flags)
     }
 }
 
@@ -598,45 +455,7 @@ impl Store for PgStore {
 
     async fn list_events(&self, query: EventQuery) -> Result<Vec<Event>> {
         self.check()?;
-        let s = &self.quoted;
-        let source = match query.status {
-            Some(EventStatus::Done) => format!(
-                "(SELECT {} FROM {s}.event_log) AS t",
-                sql::EVENT_COLUMNS.replace(
-                    "next_attempt_at, dlq_at",
-                    "NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at"
-                )
-            ),
-            Some(_) => format!("(SELECT {} FROM {s}.events) AS t", sql::EVENT_COLUMNS),
-            None => self.sql.all_events.clone(),
-        };
-        let mut terms = Vec::new();
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
-        };
-        if let Some(st) = query.status {
-            terms.push(format!("status = '{}'", st.as_str()));
-        }
-        if query.event_type.is_some() {
-            terms.push(format!("type = ${}", next()));
-        }
-        if query.created_from.is_some() {
-            terms.push(format!("created_at >= ${}", next()));
-        }
-        if query.created_before.is_some() {
-            terms.push(format!("created_at < ${}", next()));
-        }
-        let filter = if terms.is_empty() {
-            String::new()
-        } else {
-            format!("WHERE {}", terms.join(" AND "))
-        };
-        let (limit, offset) = (next(), next());
-        let text = format!(
-            "SELECT * FROM {source} {filter} ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${offset}"
-        );
+        let text = self.sql.list(&query);
         let mut stmt = q(&text);
         if let Some(t) = query.event_type {
             stmt = stmt.bind(t);

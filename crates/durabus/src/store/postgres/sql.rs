@@ -11,6 +11,8 @@ const LOG_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_cou
 /// Statements for one schema (`s` is the quoted schema name).
 #[derive(Debug, Clone)]
 pub struct PgSql {
+    /// The quoted schema name.
+    pub schema: String,
     pub insert: String,
     pub claim: String,
     pub done: String,
@@ -36,6 +38,7 @@ pub struct PgSql {
 impl PgSql {
     pub fn new(s: &str) -> PgSql {
         PgSql {
+            schema: s.to_owned(),
             // Stores the events whose id was never stored (the id table sees every id, live or in
             // the log) and returns the ids stored. Parameters: ids, types, payloads, metadata and
             // creation times (arrays, one per event); whether they start claimed; the lease's
@@ -202,5 +205,45 @@ impl PgSql {
                   UNION ALL SELECT {LOG_COLUMNS} FROM {s}.event_log) AS all_events"
             ),
         }
+    }
+
+    /// The listing query for `query`, newest first. Parameters, each only if its filter is
+    /// set: type, created from, created before; then limit and offset. The status is written
+    /// into the SQL (one of four words) and picks the table: `done` events are in the log.
+    pub fn list(&self, query: &crate::store::EventQuery) -> String {
+        use crate::event::EventStatus;
+        let s = &self.schema;
+        let source = match query.status {
+            Some(EventStatus::Done) => format!("(SELECT {LOG_COLUMNS} FROM {s}.event_log) AS t"),
+            Some(_) => format!("(SELECT {EVENT_COLUMNS} FROM {s}.events) AS t"),
+            None => self.all_events.clone(),
+        };
+        let mut terms = Vec::new();
+        let mut n = 0;
+        let mut next = || {
+            n += 1;
+            n
+        };
+        if let Some(st) = query.status {
+            terms.push(format!("status = '{}'", st.as_str()));
+        }
+        if query.event_type.is_some() {
+            terms.push(format!("type = ${}", next()));
+        }
+        if query.created_from.is_some() {
+            terms.push(format!("created_at >= ${}", next()));
+        }
+        if query.created_before.is_some() {
+            terms.push(format!("created_at < ${}", next()));
+        }
+        let filter = if terms.is_empty() {
+            String::new()
+        } else {
+            format!("WHERE {}", terms.join(" AND "))
+        };
+        let (limit, offset) = (next(), next());
+        format!(
+            "SELECT * FROM {source} {filter} ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${offset}"
+        )
     }
 }

@@ -2,6 +2,7 @@
 //! small pool of read connections. No call blocks the async runtime.
 
 mod checkpoint;
+mod open;
 mod rows;
 mod schema;
 mod sql;
@@ -9,12 +10,12 @@ pub(crate) mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 use tokio::sync::{Notify, oneshot};
 
 pub use schema::SCHEMA_VERSION;
@@ -22,8 +23,9 @@ pub use sql::{DEFAULT_PREFIX, validate_prefix};
 #[doc(hidden)]
 pub use sql::{ListFilter, Sql};
 
+use self::open::open_error;
 use self::rows::event_from_row;
-use self::writer::{Msg, Op, Reply, Writer, retry_busy};
+use self::writer::{Msg, Op, Reply};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus, NewEvent};
@@ -129,24 +131,6 @@ pub(crate) struct WriteStats {
     pub synchronous: AtomicU8,
 }
 
-fn display(path: &Path) -> String {
-    path.display().to_string()
-}
-
-fn open_error(path: &Path, e: rusqlite::Error) -> Error {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => Error::NotADatabase {
-            path: display(path),
-            reason: "the file is not an SQLite database".into(),
-        },
-        Some(ErrorCode::CannotOpen) => Error::Database(format!(
-            "cannot open {}: {e}; check that the path is a readable file in an existing directory",
-            display(path)
-        )),
-        _ => Error::Database(format!("cannot open {}: {e}", display(path))),
-    }
-}
-
 impl SqliteStore {
     /// Opens (and by default creates) the database at `path`, in WAL mode, migrating its schema.
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
@@ -156,145 +140,6 @@ impl SqliteStore {
         tokio::task::spawn_blocking(move || Self::open_blocking(p, opts))
             .await
             .map_err(|e| Error::Database(format!("opening the database panicked: {e}")))?
-    }
-
-    fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
-        let sql = Arc::new(Sql::new(&options.table_prefix)?);
-        if options
-            .watch_interval
-            .is_some_and(|d| d < Duration::from_millis(1))
-        {
-            return Err(Error::InvalidConfig(
-                "watch_interval must be at least 1 ms (or None to turn it off)".into(),
-            ));
-        }
-        if path.as_os_str().is_empty() || path.to_str() == Some(":memory:") {
-            return Err(Error::InvalidConfig(
-                "the SQLite store needs a file path: WAL mode and durability need a file, not :memory:".into(),
-            ));
-        }
-        if !options.create && !path.exists() {
-            return Err(Error::DatabaseMissing(display(&path)));
-        }
-        if path.is_dir() {
-            return Err(Error::NotADatabase {
-                path: display(&path),
-                reason: "it is a directory".into(),
-            });
-        }
-        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        if options.create {
-            flags |= OpenFlags::SQLITE_OPEN_CREATE;
-        }
-        let conn = Connection::open_with_flags(&path, flags).map_err(|e| open_error(&path, e))?;
-        conn.busy_timeout(options.busy_timeout)
-            .map_err(|e| open_error(&path, e))?;
-        if !options.create {
-            // Opening an existing database (the CLI's inspection commands): never change a
-            // file that durabus did not make.
-            let ours: bool = conn
-                .query_row(
-                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                    [&sql.meta],
-                    |r| r.get(0),
-                )
-                .map_err(|e| open_error(&path, e))?;
-            if !ours {
-                return Err(Error::NotADatabase {
-                    path: display(&path),
-                    reason: format!(
-                        "it is an SQLite database without durabus tables (looked for {}; is the table prefix right?)",
-                        sql.meta
-                    ),
-                });
-            }
-        }
-        let mode: String = retry_busy(options.lock_timeout, || {
-            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-        })
-        .map_err(|e| match e {
-            Error::Database(reason) if reason.contains("not a database") => Error::NotADatabase {
-                path: display(&path),
-                reason,
-            },
-            other => other,
-        })?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Database(format!(
-                "could not switch {} to WAL mode (got {mode})",
-                display(&path)
-            )));
-        }
-        let sync = match options.durability {
-            Durability::Normal => "NORMAL",
-            Durability::Full => "FULL",
-        };
-        // Checkpoints run on their own thread (checkpoint.rs), not inside the writer's commits.
-        conn.execute_batch(&format!(
-            "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;
-             PRAGMA wal_autocheckpoint = 0;"
-        ))?;
-        retry_busy(options.lock_timeout, || {
-            conn.execute_batch("BEGIN IMMEDIATE")
-        })?;
-        if let Err(e) = schema::migrate(&conn, &sql) {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(match e {
-                Error::Database(reason) if reason.contains("not a database") => {
-                    Error::NotADatabase {
-                        path: display(&path),
-                        reason,
-                    }
-                }
-                other => other,
-            });
-        }
-        retry_busy(options.lock_timeout, || conn.execute_batch("COMMIT"))?;
-
-        let stats = Arc::new(WriteStats::default());
-        let synchronous: u8 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
-        stats.synchronous.store(synchronous, Ordering::Relaxed);
-        let (tx, rx) = mpsc::channel();
-        let (checkpoint_tx, checkpoint_rx) = mpsc::channel();
-        let cp_path = path.clone();
-        let busy = options.busy_timeout;
-        let committed = Arc::new(AtomicBool::new(false));
-        let flag = committed.clone();
-        let wake = Arc::new(Notify::new());
-        let watch = options.watch_interval.map(|every| checkpoint::Watch {
-            every,
-            wake: wake.clone(),
-        });
-        std::thread::Builder::new()
-            .name("durabus-sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(cp_path, busy, flag, checkpoint_rx, watch))
-            .map_err(|e| Error::Database(format!("cannot start the checkpoint thread: {e}")))?;
-        let writer = Writer {
-            conn,
-            sql: sql.clone(),
-            rx,
-            lock_timeout: options.lock_timeout,
-            wake: wake.clone(),
-            stats: stats.clone(),
-            checkpoint: checkpoint_tx,
-            committed,
-        };
-        std::thread::Builder::new()
-            .name("durabus-sqlite-writer".into())
-            .spawn(move || writer.run())
-            .map_err(|e| Error::Database(format!("cannot start the writer thread: {e}")))?;
-        Ok(SqliteStore {
-            path,
-            options,
-            sql,
-            tx: Mutex::new(Some(tx)),
-            readers: Arc::new(Mutex::new(Vec::new())),
-            closed: Arc::new(AtomicBool::new(false)),
-            wake,
-            stats,
-            waiting: std::sync::atomic::AtomicUsize::new(0),
-            lone_reply_us: AtomicU64::new(0),
-        })
     }
 
     /// Transactions and requests the writer has committed so far. With many concurrent writers
