@@ -12,21 +12,7 @@ use crate::support::*;
 
 async fn counting_bus(h: &Harness, pattern: &str) -> (EventBus, Arc<AtomicUsize>) {
     let bus = h.bus().await;
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    bus.subscribe(
-        pattern,
-        move |_e: Event| {
-            let c = c.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let count = count_calls(&bus, pattern).await;
     (bus, count)
 }
 

@@ -105,21 +105,7 @@ pub async fn drain_timeout_abandons_handlers_and_recovery_finishes_them(h: &Harn
     // processing is recovered and delivered.
     h.advance(PAST_ANY_LEASE);
     let bus = h.bus().await;
-    let done = Arc::new(AtomicU32::new(0));
-    let d = done.clone();
-    bus.subscribe(
-        "stuck.*",
-        move |_e: Event| {
-            let d = d.clone();
-            async move {
-                d.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let done = count_calls(&bus, "stuck.*").await;
     assert_eq!(get(&bus, id).await.status, EventStatus::Processing);
     assert_eq!(bus.start().await.unwrap(), 1);
     let e = wait_status(&bus, id, EventStatus::Done).await;
@@ -239,21 +225,7 @@ pub async fn attempts_used_up_by_crashes_end_in_the_dlq_without_another_run(h: &
     }
     h.advance(PAST_ANY_LEASE);
     let bus = h.bus().await;
-    let calls = Arc::new(AtomicU32::new(0));
-    let c = calls.clone();
-    bus.subscribe(
-        "fatal.*",
-        move |_e: Event| {
-            let c = c.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let calls = count_calls(&bus, "fatal.*").await;
     assert_eq!(bus.start().await.unwrap(), 1);
     let e = wait_status(&bus, id, EventStatus::Dlq).await;
     assert_eq!(

@@ -105,21 +105,7 @@ pub async fn enqueue_returns_before_delivery_and_workers_deliver(h: &Harness) {
 
 pub async fn many_enqueued_events_are_each_delivered_once(h: &Harness) {
     let bus = h.bus().await;
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    bus.subscribe(
-        "n.*",
-        move |_e: Event| {
-            let c = c.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let count = count_calls(&bus, "n.*").await;
     bus.start().await.unwrap();
     let mut ids = Vec::new();
     for i in 0..300 {
@@ -355,21 +341,7 @@ pub async fn a_batch_is_stored_all_or_nothing_and_delivered(h: &Harness) {
         .build()
         .await
         .unwrap();
-    let count = Arc::new(AtomicUsize::new(0));
-    let c = count.clone();
-    bus.subscribe(
-        "batch.*",
-        move |_e: Event| {
-            let c = c.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let count = count_calls(&bus, "batch.*").await;
     // One oversized event spoils the batch: nothing is stored.
     let mut bad: Vec<_> = (0..10)
         .map(|i| NewEvent::new("batch.x", &i).unwrap())

@@ -189,6 +189,23 @@ impl Harness {
     }
 }
 
+/// Subscribes a handler to `pattern` that counts its calls and succeeds; returns the count.
+pub async fn count_calls(bus: &EventBus, pattern: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = count.clone();
+    bus.subscribe(
+        pattern,
+        move |_e: Event| {
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Ok(()) }
+        },
+        durabus::SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    count
+}
+
 /// Polls `check` every 2 ms until it returns `Some`, for at most 10 s of real time.
 pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
