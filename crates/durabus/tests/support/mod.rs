@@ -36,6 +36,12 @@ pub fn pg_url() -> String {
 /// Whether PostgreSQL is reachable. Unreachable is a failure with `CI=true` and a skip
 /// (said on stderr) otherwise.
 pub async fn pg_available() -> bool {
+    // Asked once per test binary: an unreachable server costs a connect timeout.
+    static REACHABLE: tokio::sync::OnceCell<bool> = tokio::sync::OnceCell::const_new();
+    *REACHABLE.get_or_init(check_pg).await
+}
+
+async fn check_pg() -> bool {
     let reachable = tokio::time::timeout(
         Duration::from_secs(5),
         durabus::sqlx::postgres::PgPoolOptions::new()
