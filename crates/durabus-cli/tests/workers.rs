@@ -273,3 +273,59 @@ async fn workers_carry_on_when_their_connections_are_terminated() {
     assert_eq!(live, 0);
     drop_schema(&pool, &schema).await;
 }
+
+fn cli(schema: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .args(["--db", &pg_url(), "--schema", schema])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn json(o: &std::process::Output) -> serde_json::Value {
+    assert!(
+        o.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cli_command_works_on_postgres() {
+    let Some(pool) = admin().await else { return };
+    let schema = schema();
+    // Inspection never creates the schema.
+    let missing = cli(&schema, &["dlq", "list"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no durabus tables"));
+    let demo = json(&cli(&schema, &["demo", "--json"]));
+    assert_eq!(demo["dead_lettered"], 1);
+    let dead = json(&cli(&schema, &["dlq", "list", "--json"]));
+    let id = dead[0]["id"].as_str().unwrap().to_owned();
+    let done = json(&cli(
+        &schema,
+        &["events", "list", "--status", "done", "--json"],
+    ));
+    assert_eq!(done.as_array().unwrap().len(), 7);
+    let stats = json(&cli(&schema, &["stats", "--json"]));
+    assert_eq!(stats["total"], 8);
+    let retried = json(&cli(&schema, &["dlq", "retry", &id, "--json"]));
+    assert_eq!(retried["retried"], id.as_str());
+    let purged = json(&cli(
+        &schema,
+        &["events", "purge", "--older-than", "0", "--json"],
+    ));
+    assert_eq!(purged["purged"], 7);
+    let pending = json(&cli(&schema, &["events", "list", "--json"]));
+    assert_eq!(pending.as_array().unwrap().len(), 1);
+    assert_eq!(pending[0]["status"], "pending");
+    // The retried event is still pending (no worker ran): purge it as a dead letter later.
+    let none = json(&cli(
+        &schema,
+        &["dlq", "purge", "--older-than", "0", "--json"],
+    ));
+    assert_eq!(none["purged"], 0);
+    drop_schema(&pool, &schema).await;
+}
