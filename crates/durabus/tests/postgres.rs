@@ -238,11 +238,25 @@ async fn a_pg_outbox_publish_commits_or_rolls_back_with_the_callers_transaction(
     drop_schema(&schema).await;
 }
 
-fn short_lease(schema: &str) -> PgOptions {
-    PgOptions {
+/// A store on `schema` whose leases last 1 s.
+async fn short_lease(schema: &str) -> PgStore {
+    let o = PgOptions {
         lease: Duration::from_secs(1),
         ..options(schema)
-    }
+    };
+    PgStore::connect(&pg_url(), o).await.unwrap()
+}
+
+/// An event stored on `store` and claimed by it at the clock's time.
+async fn claimed(store: &PgStore, clock: &ManualClock, event_type: &str) -> durabus::EventId {
+    let e = NewEvent::new(event_type, &1).unwrap();
+    let id = e.id;
+    store
+        .insert(vec![e], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    assert_eq!(store.claim_due(clock.now(), 10).await.unwrap().len(), 1);
+    id
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,18 +266,9 @@ async fn an_expired_lease_is_reclaimed_and_the_stale_holder_is_fenced_off() {
     }
     let schema = unique_schema();
     let clock = ManualClock::default();
-    let a = PgStore::connect(&pg_url(), short_lease(&schema))
-        .await
-        .unwrap();
-    let b = PgStore::connect(&pg_url(), short_lease(&schema))
-        .await
-        .unwrap();
-    let e = NewEvent::new("x.slow", &1).unwrap();
-    let id = e.id;
-    a.insert(vec![e], InsertMode::Pending, clock.now())
-        .await
-        .unwrap();
-    assert_eq!(a.claim_due(clock.now(), 10).await.unwrap().len(), 1);
+    let a = short_lease(&schema).await;
+    let b = short_lease(&schema).await;
+    let id = claimed(&a, &clock, "x.slow").await;
     // Within the lease nobody else gets it.
     clock.advance(Duration::from_millis(900));
     assert!(b.claim_due(clock.now(), 10).await.unwrap().is_empty());
@@ -323,19 +328,10 @@ async fn heartbeats_keep_a_long_running_event_with_its_worker() {
     }
     let schema = unique_schema();
     let clock = ManualClock::default();
-    let a = PgStore::connect(&pg_url(), short_lease(&schema))
-        .await
-        .unwrap();
-    let b = PgStore::connect(&pg_url(), short_lease(&schema))
-        .await
-        .unwrap();
+    let a = short_lease(&schema).await;
+    let b = short_lease(&schema).await;
     assert_eq!(a.heartbeat_interval(), Some(Duration::from_secs(1) / 3));
-    let e = NewEvent::new("x.long", &1).unwrap();
-    let id = e.id;
-    a.insert(vec![e], InsertMode::Pending, clock.now())
-        .await
-        .unwrap();
-    assert_eq!(a.claim_due(clock.now(), 1).await.unwrap().len(), 1);
+    let id = claimed(&a, &clock, "x.long").await;
     for _ in 0..5 {
         clock.advance(Duration::from_millis(800));
         a.heartbeat(clock.now()).await.unwrap();
@@ -565,15 +561,8 @@ async fn a_worker_never_takes_back_an_event_it_is_still_delivering() {
     }
     let schema = unique_schema();
     let clock = ManualClock::default();
-    let a = PgStore::connect(&pg_url(), short_lease(&schema))
-        .await
-        .unwrap();
-    let e = NewEvent::new("x.slow", &1).unwrap();
-    let id = e.id;
-    a.insert(vec![e], InsertMode::Pending, clock.now())
-        .await
-        .unwrap();
-    assert_eq!(a.claim_due(clock.now(), 10).await.unwrap().len(), 1);
+    let a = short_lease(&schema).await;
+    let id = claimed(&a, &clock, "x.slow").await;
     // Its heartbeats failed and the lease ran out, but the delivery is still running here:
     // this process neither claims it again nor resets it at a start-up recovery...
     clock.advance(Duration::from_secs(5));
@@ -597,4 +586,31 @@ async fn a_worker_never_takes_back_an_event_it_is_still_delivering() {
     );
     a.close().await.unwrap();
     drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_url_selects_postgres_and_anything_else_sqlite() {
+    if !pg_available().await {
+        return;
+    }
+    // `database()` / `connect()`: the URL picks PostgreSQL (default schema `durabus`).
+    let bus = EventBus::connect(&pg_url()).await.unwrap();
+    assert!(bus.pg_outbox().is_ok());
+    assert!(matches!(bus.outbox(), Err(Error::InvalidConfig(_))));
+    bus.shutdown().await.unwrap();
+    // A path picks SQLite.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bus.db");
+    let bus = EventBus::connect(path.to_str().unwrap()).await.unwrap();
+    assert!(bus.outbox().is_ok());
+    assert!(matches!(bus.pg_outbox(), Err(Error::InvalidConfig(_))));
+    bus.shutdown().await.unwrap();
+    // SQLite's durability does not apply to PostgreSQL.
+    let err = EventBus::builder()
+        .postgres(pg_url())
+        .durability(durabus::Durability::Full)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
 }

@@ -46,7 +46,7 @@ impl PgStore {
         }
         for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
             let Some(t) = t else { continue };
-            let n = match o {
+            let (id, retry_count, errors, delivered, next) = match o {
                 Outcome::Done { .. } => continue,
                 Outcome::Retry {
                     id,
@@ -54,33 +54,31 @@ impl PgStore {
                     errors,
                     delivered,
                     next_attempt_at,
-                } => q(&self.sql.retry)
-                    .bind(id.0)
-                    .bind(t)
-                    .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
-                    .bind(json_list(errors))
-                    .bind(json_list(delivered))
-                    .bind(now)
-                    .bind(next_attempt_at.as_millis())
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected(),
+                } => (
+                    id,
+                    retry_count,
+                    errors,
+                    delivered,
+                    Some(next_attempt_at.as_millis()),
+                ),
                 Outcome::Dead {
                     id,
                     retry_count,
                     errors,
                     delivered,
-                } => q(&self.sql.dead)
-                    .bind(id.0)
-                    .bind(t)
-                    .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
-                    .bind(json_list(errors))
-                    .bind(json_list(delivered))
-                    .bind(now)
-                    .execute(&mut **tx)
-                    .await?
-                    .rows_affected(),
+                } => (id, retry_count, errors, delivered, None),
             };
+            let n = q(&self.sql.fail)
+                .bind(id.0)
+                .bind(t)
+                .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
+                .bind(json_list(errors))
+                .bind(json_list(delivered))
+                .bind(now)
+                .bind(next)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
             flags[i] = n == 1;
         }
         Ok(flags)

@@ -16,8 +16,7 @@ pub struct PgSql {
     pub insert: String,
     pub claim: String,
     pub done: String,
-    pub retry: String,
-    pub dead: String,
+    pub fail: String,
     pub release: String,
     pub recover: String,
     pub renew: String,
@@ -112,15 +111,14 @@ impl PgSql {
                  ON CONFLICT (id) DO NOTHING
                  RETURNING id"
             ),
-            retry: format!(
-                "UPDATE {s}.events SET status = 'pending', retry_count = $3, last_error = $4, delivered = $5,
-                     updated_at = $6, next_attempt_at = $7,
-                     lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                 WHERE id = $1 AND status = 'processing' AND lease_token = $2"
-            ),
-            dead: format!(
-                "UPDATE {s}.events SET status = 'dlq', retry_count = $3, last_error = $4, delivered = $5,
-                     updated_at = $6, dlq_at = $6, next_attempt_at = NULL,
+            // A failed attempt: back to pending with the next attempt's time (`$7`), or, with no
+            // next attempt (`$7` NULL), a dead letter.
+            fail: format!(
+                "UPDATE {s}.events SET
+                     status = CASE WHEN $7::bigint IS NULL THEN 'dlq' ELSE 'pending' END,
+                     retry_count = $3, last_error = $4, delivered = $5, updated_at = $6,
+                     next_attempt_at = $7,
+                     dlq_at = CASE WHEN $7::bigint IS NULL THEN $6 END,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE id = $1 AND status = 'processing' AND lease_token = $2"
             ),
