@@ -38,6 +38,10 @@ struct Cli {
     /// Print data as JSON instead of tables.
     #[arg(long, global = true)]
     json: bool,
+    /// Who is acting, recorded on every dead-letter action and operation. Defaults to the
+    /// OS user.
+    #[arg(long, global = true, env = "DURABUS_ACTOR")]
+    actor: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -50,9 +54,25 @@ enum Command {
     /// Stored events.
     #[command(subcommand)]
     Events(cmd::events::EventsCommand),
-    /// The dead-letter queue.
+    /// The dead-letter queue: list, inspect, groups, retry, resolve, abandon, purge.
     #[command(subcommand)]
     Dlq(cmd::dlq::DlqCommand),
+    /// Durable operations (bulk dead-letter actions, replays): list, show, cancel, resume.
+    #[command(subcommand)]
+    Operations(cmd::operations::OperationsCommand),
+    /// Replay stored events (by time range, ids, types, statuses) through normal delivery:
+    /// preview, dry run, rate limit, progress; status, cancel, list.
+    #[command(subcommand)]
+    Replay(cmd::replay::ReplayCommand),
+    /// Maintenance jobs: list them with their last and next runs, run one now.
+    #[command(subcommand)]
+    Jobs(cmd::jobs::JobsCommand),
+    /// Payload snapshots of an event: list, get, soft-delete.
+    #[command(subcommand)]
+    Payloads(cmd::payloads::PayloadsCommand),
+    /// Payload configuration per event type: which stages, how long, what to redact.
+    #[command(subcommand, name = "payload-config")]
+    PayloadConfig(cmd::payloads::ConfigCommand),
     /// Counts by status and type, the retry count distribution, and the DLQ rate per type.
     Stats,
     /// Measure throughput, latency, recovery and memory on fresh databases (build with --release).
@@ -88,11 +108,27 @@ fn main() -> ExitCode {
         eprintln!("durabus: {e}");
         return ExitCode::from(2);
     }
+    let ctx = cmd::Context {
+        json: cli.json,
+        actor: durabus::Actor::new(
+            cli.actor.unwrap_or_else(cmd::os_user),
+            durabus::ActorKind::Cli,
+        ),
+    };
+    if let Err(e) = ctx.actor.validate() {
+        eprintln!("durabus: --actor: {e}");
+        return ExitCode::from(2);
+    }
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => cmd::demo::run(&db, cli.json, args).await,
             Command::Events(c) => cmd::events::run(&db, cli.json, c).await,
-            Command::Dlq(c) => cmd::dlq::run(&db, cli.json, c).await,
+            Command::Dlq(c) => cmd::dlq::run(&db, &ctx, c).await,
+            Command::Operations(c) => cmd::operations::run(&db, &ctx, c).await,
+            Command::Replay(c) => cmd::replay::run(&db, &ctx, c).await,
+            Command::Jobs(c) => cmd::jobs::run(&db, &ctx, c).await,
+            Command::Payloads(c) => cmd::payloads::run(&db, &ctx, c).await,
+            Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,
             Command::Stats => cmd::stats::run(&db, cli.json).await,
             Command::Bench(args) => cmd::bench::run(&db, cli.json, args).await,
             Command::BenchWorker(args) => cmd::worker::run(&db, args).await,

@@ -38,23 +38,55 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
     assert!(text.contains("delivered after retry  2"), "{text}");
     assert!(text.contains("dead-lettered          1"), "{text}");
 
-    let dead = json(&durabus(&db, &["dlq", "list", "--json"]));
-    let dead = dead.as_array().unwrap();
+    let page = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let dead = page["items"].as_array().unwrap();
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0]["status"], "dlq");
+    assert!(page["next"].is_null(), "one page: {page}");
+    assert_eq!(dead[0]["status"], "pending");
     assert_eq!(dead[0]["type"], "order.paid");
     assert_eq!(dead[0]["payload"]["card"], "stolen");
-    assert_eq!(dead[0]["errors"].as_array().unwrap().len(), 3);
-    let id = dead[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(dead[0]["subscription"], "demo-payments");
+    assert_eq!(dead[0]["error_history"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        dead[0]["error_history"][0]["errors"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(
+        dead[0]["next_auto_retry_at"].is_string(),
+        "auto retry scheduled"
+    );
+    let id = dead[0]["event_id"].as_str().unwrap().to_owned();
+    let group = dead[0]["fingerprint"].as_str().unwrap().to_owned();
 
     let table = stdout(&durabus(&db, &["dlq", "list"]));
     assert!(table.contains(&id) && table.contains("refused"), "{table}");
+    for page in [
+        &["dlq", "list", "--limit", "0"][..],
+        &["dlq", "list", "--offset", "5"][..],
+    ] {
+        let text = stdout(&durabus(&db, page));
+        assert_eq!(text.trim(), "no dead letters on this page", "{page:?}");
+    }
+    let shown = stdout(&durabus(&db, &["dlq", "show", &id]));
+    assert!(
+        shown.contains("round 1 failed") && shown.contains("stolen"),
+        "{shown}"
+    );
 
     let done = json(&durabus(
         &db,
         &["events", "list", "--status", "done", "--json"],
     ));
-    assert_eq!(done.as_array().unwrap().len(), 7);
+    // Seven application events, and the `system.dead_letter` event announcing the dead letter.
+    assert_eq!(done.as_array().unwrap().len(), 8);
+    let announced = json(&durabus(
+        &db,
+        &["events", "list", "--type", "system.dead_letter", "--json"],
+    ));
+    assert_eq!(announced[0]["payload"]["event_id"], id.as_str());
     let users = json(&durabus(
         &db,
         &["events", "list", "--type", "user.signed_up", "--json"],
@@ -63,8 +95,14 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
     let page = json(&durabus(&db, &["events", "list", "--limit", "2", "--json"]));
     assert_eq!(page.as_array().unwrap().len(), 2);
 
-    let retried = json(&durabus(&db, &["dlq", "retry", &id, "--json"]));
-    assert_eq!(retried["retried"], id.as_str());
+    let retried = json(&durabus(
+        &db,
+        &["dlq", "retry", &id, "--actor", "ann", "--json"],
+    ));
+    assert_eq!(retried["event_id"], id.as_str());
+    assert_eq!(retried["dead_letter"]["status"], "retrying");
+    assert_eq!(retried["dead_letter"]["manual_retry_count"], 1);
+    assert_eq!(retried["dead_letter"]["last_retry_by"], "ann");
     let pending = json(&durabus(
         &db,
         &["events", "list", "--status", "pending", "--json"],
@@ -72,29 +110,47 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
     assert_eq!(pending[0]["id"], id.as_str());
     assert_eq!(pending[0]["retry_count"], 0);
     assert!(
-        json(&durabus(&db, &["dlq", "list", "--json"]))
+        json(&durabus(
+            &db,
+            &["dlq", "list", "--status", "pending", "--json"]
+        ))["items"]
             .as_array()
             .unwrap()
             .is_empty()
     );
 
-    // Retrying it again: it is not dead any more.
+    // Retrying it again while it is being retried: a conflict that says why.
     let again = durabus(&db, &["dlq", "retry", &id]);
     assert_eq!(again.status.code(), Some(1));
-    assert!(stderr(&again).contains("not found in the dead-letter queue"));
+    assert!(
+        stderr(&again).contains("it is retrying"),
+        "{}",
+        stderr(&again)
+    );
 
     // A second demo run makes a new dead letter, and its bus also delivers the retried event,
-    // which fails again (the card is still stolen): reset counters, three new attempts.
+    // which fails again (the card is still stolen): three new attempts, a second round in the
+    // same record, the first round kept.
     assert!(durabus(&db, &["demo", "--json"]).status.success());
     let dead = json(&durabus(&db, &["dlq", "list", "--json"]));
-    let dead = dead.as_array().unwrap();
+    let dead = dead["items"].as_array().unwrap();
     assert_eq!(dead.len(), 2);
     let again = dead
         .iter()
-        .find(|e| e["id"] == id.as_str())
+        .find(|e| e["event_id"] == id.as_str())
         .expect("the retried event died again");
-    assert_eq!(again["retry_count"], 3);
-    assert_eq!(again["errors"].as_array().unwrap().len(), 3);
+    assert_eq!(again["status"], "pending");
+    assert_eq!(again["manual_retry_count"], 1);
+    let rounds = again["error_history"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(rounds[1]["retried_by"], "ann");
+    assert_eq!(rounds[1]["errors"].as_array().unwrap().len(), 3);
+    // Both are one failure: one group of two.
+    let groups = json(&durabus(&db, &["dlq", "groups", "--json"]));
+    assert_eq!(groups.as_array().unwrap().len(), 1, "{groups}");
+    assert_eq!(groups[0]["fingerprint"], group.as_str());
+    assert_eq!(groups[0]["count"], 2);
+    assert_eq!(groups[0]["open"], 2);
     let purge = json(&durabus(
         &db,
         &["dlq", "purge", "--older-than", "1", "--json"],
@@ -106,10 +162,17 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
     ));
     assert_eq!(purge["purged"], 2);
     assert!(
-        json(&durabus(&db, &["dlq", "list", "--json"]))
+        json(&durabus(&db, &["dlq", "list", "--json"]))["items"]
             .as_array()
             .unwrap()
             .is_empty()
+    );
+    assert!(
+        json(&durabus(&db, &["dlq", "groups", "--json"]))
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "a group without records is gone"
     );
 }
 
@@ -262,16 +325,19 @@ fn stats_report_what_the_database_holds() {
     assert_one_line_failure(&durabus(&db, &["stats"]), "does not exist");
     assert!(durabus(&db, &["demo", "--json"]).status.success());
     let s = json(&durabus(&db, &["stats", "--json"]));
-    assert_eq!(s["total"], 8);
-    assert_eq!(s["by_status"]["done"], 7);
+    // The demo's 8 events and the `system.dead_letter` event announcing its dead letter.
+    assert_eq!(s["total"], 9);
+    assert_eq!(s["by_status"]["done"], 8);
     assert_eq!(s["by_status"]["dlq"], 1);
+    assert_eq!(s["by_type"]["system.dead_letter"]["done"], 1);
     assert_eq!(s["by_type"]["order.paid"]["dlq"], 1);
     assert_eq!(s["by_type"]["order.paid"]["done"], 6);
     let rate = s["by_type"]["order.paid"]["dlq_rate"].as_f64().unwrap();
     assert!((rate - 1.0 / 7.0).abs() < 1e-9, "{rate}");
     assert_eq!(s["by_type"]["user.signed_up"]["dlq_rate"], 0.0);
-    // 5 events never retried, 2 retried once, the dead letter used 3 attempts.
-    assert_eq!(s["retry_counts"]["0"], 5);
+    // 6 events never retried (the announcement among them), 2 retried once, the dead letter
+    // used 3 attempts.
+    assert_eq!(s["retry_counts"]["0"], 6);
     assert_eq!(s["retry_counts"]["1"], 2);
     assert_eq!(s["retry_counts"]["3"], 1);
     let text = stdout(&durabus(&db, &["stats"]));
@@ -304,7 +370,8 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
 
     let done = json(&prefixed(&["events", "list", "--status", "done", "--json"]));
     let done = done.as_array().unwrap();
-    assert_eq!(done.len(), 7);
+    // Seven of the demo's events and the announcement of its dead letter.
+    assert_eq!(done.len(), 8);
     // A time range: everything was created after the epoch and before 2200.
     let since = json(&prefixed(&[
         "events",
@@ -315,7 +382,7 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
         "2200-01-01T00:00:00Z",
         "--json",
     ]));
-    assert_eq!(since.as_array().unwrap().len(), 8);
+    assert_eq!(since.as_array().unwrap().len(), 9);
     let future = json(&prefixed(&[
         "events",
         "list",
@@ -342,11 +409,107 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
         "0",
         "--json",
     ]));
-    assert_eq!(purged["purged"], 7);
+    assert_eq!(purged["purged"], 8);
     let left = json(&prefixed(&["events", "list", "--json"]));
     let left = left.as_array().unwrap();
     assert_eq!(left.len(), 1);
     assert_eq!(left[0]["status"], "dlq", "dead letters are not history");
     let text = stdout(&prefixed(&["events", "purge", "--older-than", "0"]));
     assert!(text.contains("purged 0 completed event(s)"), "{text}");
+}
+
+#[test]
+fn payload_snapshots_are_listed_redacted_and_deleted_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("payloads.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = rt.block_on(async {
+        let bus = durabus::EventBus::builder()
+            .sqlite(&db)
+            .payload_snapshots(true)
+            .build()
+            .await
+            .unwrap();
+        let id = bus
+            .enqueue(
+                "order.paid",
+                &serde_json::json!({"card": "4111111111111111", "total": 42}),
+            )
+            .await
+            .unwrap();
+        bus.shutdown().await.unwrap();
+        id.to_string()
+    });
+    let list = json(&durabus(&db, &["payloads", "list", &id, "--json"]));
+    assert_eq!(list[0]["stage"], "published");
+    assert_eq!(list[0]["payload"]["card"], "4111111111111111");
+    assert!(list[0]["size_compressed"].as_u64().unwrap() > 0);
+    // Operators stop seeing the card number once it is configured, everywhere they read.
+    let set = json(&durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--redact",
+            "$.card",
+            "--retention-days",
+            "30",
+            "--actor",
+            "ann",
+            "--json",
+        ],
+    ));
+    assert_eq!(set["updated_by"], "ann");
+    assert_eq!(set["retention_days"], 30);
+    let got = json(&durabus(
+        &db,
+        &["payloads", "get", &id, "published", "--json"],
+    ));
+    assert_eq!(got["payload"]["card"], "[redacted]");
+    assert_eq!(got["payload"]["total"], 42);
+    let events = json(&durabus(&db, &["events", "list", "--json"]));
+    assert_eq!(events[0]["payload"]["card"], "[redacted]");
+    let table = stdout(&durabus(&db, &["payload-config", "list"]));
+    assert!(
+        table.contains("order.paid") && table.contains("$.card"),
+        "{table}"
+    );
+    // Bad input: one line, nothing changed.
+    let negative = durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--retention-days",
+            "-1",
+        ],
+    );
+    assert_one_line_failure(&negative, "retention");
+    let no_reason = durabus(&db, &["payloads", "delete", &id]);
+    assert_eq!(no_reason.status.code(), Some(2), "--reason is required");
+    // Soft delete: gone, with who, when and why.
+    let deleted = json(&durabus(
+        &db,
+        &[
+            "payloads",
+            "delete",
+            &id,
+            "--reason",
+            "customer asked",
+            "--json",
+        ],
+    ));
+    assert_eq!(deleted["deleted"], 1);
+    let after = json(&durabus(&db, &["payloads", "get", &id, "--json"]));
+    assert!(after["payload"].is_null());
+    assert_eq!(after["deleted"]["reason"], "customer asked");
+    let text = stdout(&durabus(&db, &["payloads", "get", &id]));
+    assert!(
+        text.contains("deleted") && text.contains("customer asked"),
+        "{text}"
+    );
+    let missing = durabus(&db, &["payloads", "get", &id, "agent_request"]);
+    assert_one_line_failure(&missing, "not found");
 }

@@ -303,21 +303,38 @@ async fn every_cli_command_works_on_postgres() {
     let demo = json(&cli(&schema, &["demo", "--json"]));
     assert_eq!(demo["dead_lettered"], 1);
     let dead = json(&cli(&schema, &["dlq", "list", "--json"]));
-    let id = dead[0]["id"].as_str().unwrap().to_owned();
+    let id = dead["items"][0]["event_id"].as_str().unwrap().to_owned();
+    assert_eq!(dead["items"][0]["status"], "pending");
+    let groups = json(&cli(&schema, &["dlq", "groups", "--json"]));
+    assert_eq!(groups[0]["count"], 1);
+    let shown = json(&cli(&schema, &["dlq", "show", &id, "--json"]));
+    assert_eq!(
+        shown["error_history"][0]["errors"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
     let done = json(&cli(
         &schema,
         &["events", "list", "--status", "done", "--json"],
     ));
-    assert_eq!(done.as_array().unwrap().len(), 7);
+    // Seven of the demo's events and the `system.dead_letter` announcement.
+    assert_eq!(done.as_array().unwrap().len(), 8);
     let stats = json(&cli(&schema, &["stats", "--json"]));
-    assert_eq!(stats["total"], 8);
+    assert_eq!(stats["total"], 9);
+    let preview = json(&cli(
+        &schema,
+        &["dlq", "retry", "--type", "order.*", "--preview", "--json"],
+    ));
+    assert_eq!(preview["count"], 1);
     let retried = json(&cli(&schema, &["dlq", "retry", &id, "--json"]));
-    assert_eq!(retried["retried"], id.as_str());
+    assert_eq!(retried["dead_letter"]["status"], "retrying");
     let purged = json(&cli(
         &schema,
         &["events", "purge", "--older-than", "0", "--json"],
     ));
-    assert_eq!(purged["purged"], 7);
+    assert_eq!(purged["purged"], 8);
     let pending = json(&cli(&schema, &["events", "list", "--json"]));
     assert_eq!(pending.as_array().unwrap().len(), 1);
     assert_eq!(pending[0]["status"], "pending");
@@ -327,5 +344,9 @@ async fn every_cli_command_works_on_postgres() {
         &["dlq", "purge", "--older-than", "0", "--json"],
     ));
     assert_eq!(none["purged"], 0);
+    let ops = json(&cli(&schema, &["operations", "list", "--json"]));
+    assert!(ops.as_array().unwrap().is_empty());
+    let jobs = json(&cli(&schema, &["jobs", "run", "cleanup-history", "--json"]));
+    assert_eq!(jobs["status"], "ok");
     drop_schema(&pool, &schema).await;
 }

@@ -183,6 +183,33 @@ impl Clock for ManualClock {
     }
 }
 
+/// Waits until `clock` reads `at` or later: in real time on the system clock; on a manual
+/// clock until it is moved there (looking again whenever it jumps, and after the real time
+/// the wait would take).
+pub(crate) async fn sleep_until(clock: &dyn Clock, at: Timestamp) {
+    let mut jumps = clock.jumps();
+    loop {
+        let now = clock.now();
+        if now >= at {
+            return;
+        }
+        let wait = now.until(at);
+        match jumps.as_mut() {
+            Some(rx) => {
+                tokio::select! {
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            jumps = None;
+                        }
+                    }
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            None => tokio::time::sleep(wait).await,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

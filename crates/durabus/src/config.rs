@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::breaker::BreakerConfig;
+use crate::dead_letter::DeadLetterPolicy;
 use crate::error::{Error, Result};
+use crate::ops::SchedulerConfig;
 use crate::retry::RetryPolicy;
 
 /// Settings of an [`EventBus`](crate::EventBus).
@@ -22,15 +24,33 @@ pub struct BusConfig {
     /// Events the background workers deliver at the same time (handlers of one event always
     /// run one after another). Defaults to 16.
     pub concurrency: usize,
-    /// Most events one claim takes from the store. Claimed events wait in the worker's queue
-    /// for a free delivery slot; bigger claims mean fewer, larger transactions. Defaults to 256.
+    /// Most events one claim takes from the store, whatever the free slots. Defaults to 256.
     pub claim_batch: usize,
+    /// Events a claim takes beyond the free delivery slots: they wait in the worker's queue
+    /// so a slot that frees up finds its next event at once. A claim takes at most
+    /// `free slots + prefetch` events (and at most `claim_batch`), so a worker never holds
+    /// (on PostgreSQL: leases) many more events than it can run. Defaults to 16.
+    pub prefetch: usize,
     /// Longest the dispatcher sleeps without looking at the store: the fallback that picks up
     /// events written by other processes. Defaults to 500 ms.
     pub poll_interval: Duration,
     /// Circuit breaker thresholds, the same for every subscription. Defaults to
     /// [`BreakerConfig::default`] (> 50 % failed of ≥ 4 in 1 min opens it for 30 s).
     pub breaker: BreakerConfig,
+    /// When dead letters are retried automatically. Defaults to
+    /// [`DeadLetterPolicy::default`] (1 h, 6 h, 24 h, then manual only).
+    pub dead_letters: DeadLetterPolicy,
+    /// The maintenance jobs a started bus runs. Defaults to [`SchedulerConfig::default`]
+    /// (dead-letter auto retry every 15 minutes, cleanups daily at 03:00 UTC).
+    pub scheduler: SchedulerConfig,
+    /// How often a started bus looks for durable operations to run (submitted ones, and
+    /// ones whose runner died). Defaults to 1 s.
+    pub operations_poll: Duration,
+    /// Automatic payload snapshots: every published payload at stage `published`, and each
+    /// failed attempt's payload and error at stage `error`, as the payload configuration of
+    /// the event's type says, written in the transaction of the publish or the outcome.
+    /// Defaults to `false`.
+    pub payload_snapshots: bool,
 }
 
 impl Default for BusConfig {
@@ -42,8 +62,13 @@ impl Default for BusConfig {
             max_payload_bytes: 1024 * 1024,
             concurrency: 16,
             claim_batch: 256,
+            prefetch: 16,
             poll_interval: Duration::from_millis(500),
             breaker: BreakerConfig::default(),
+            dead_letters: DeadLetterPolicy::default(),
+            scheduler: SchedulerConfig::default(),
+            operations_poll: Duration::from_secs(1),
+            payload_snapshots: false,
         }
     }
 }
@@ -53,9 +78,15 @@ impl BusConfig {
     pub fn validate(&self) -> Result<()> {
         self.retry.validate()?;
         self.breaker.validate()?;
+        self.scheduler.validate()?;
         if self.handler_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "handler_timeout must be above zero".into(),
+            ));
+        }
+        if self.claim_batch == 0 {
+            return Err(Error::InvalidConfig(
+                "claim_batch must be at least 1".into(),
             ));
         }
         if self.concurrency == 0 {
@@ -66,6 +97,11 @@ impl BusConfig {
         if self.max_payload_bytes == 0 {
             return Err(Error::InvalidConfig(
                 "max_payload_bytes must be at least 1".into(),
+            ));
+        }
+        if self.operations_poll.is_zero() {
+            return Err(Error::InvalidConfig(
+                "operations_poll must be above zero".into(),
             ));
         }
         if self.poll_interval.is_zero() {

@@ -1,12 +1,67 @@
-//! The library's error type.
+//! The library's error type: a variant per situation, each with what happened and what to do,
+//! and an [`ErrorKind`] to branch on. Database errors keep their source.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Everything that can go wrong in durabus. Each variant says what happened and what to do.
+use serde::Serialize;
+
+/// Any error a lower layer produced, kept as the source of ours.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What kind of failure an [`Error`] is: branch on this, never on message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller's input is wrong (a payload, type, pattern, id, filter or setting). Nothing
+    /// was changed; fix the input.
+    InvalidInput,
+    /// What the call names does not exist.
+    NotFound,
+    /// The call conflicts with the current state (an event no longer held by this worker, a
+    /// dead letter whose status does not allow the action). Read the state and decide again.
+    Conflict,
+    /// Another process held a database lock for too long.
+    Locked,
+    /// The database could not be reached. Retry later.
+    Unavailable,
+    /// Stored data (or the file) is not what durabus wrote.
+    Corrupt,
+    /// The database or the request needs something this build does not have (a newer schema,
+    /// a store that is not compiled in).
+    Unsupported,
+    /// The bus has been shut down or the store closed.
+    Closed,
+    /// Reading or writing a file failed (disk full, permissions).
+    Io,
+    /// Anything else: a database error of no known kind, a task that panicked.
+    Internal,
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ErrorKind::InvalidInput => "invalid input",
+            ErrorKind::NotFound => "not found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Locked => "locked",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Closed => "closed",
+            ErrorKind::Io => "I/O",
+            ErrorKind::Internal => "internal",
+        })
+    }
+}
+
+/// Everything that can go wrong in durabus. Each variant says what happened and what to do;
+/// [`Error::kind`] says which kind of failure it is.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The payload could not be serialised to JSON.
+    /// The payload (or metadata) could not be serialised to, or parsed as, JSON.
     #[error("invalid payload: {0}; pass a value that serialises to JSON (maps need string keys)")]
     InvalidPayload(String),
 
@@ -21,7 +76,7 @@ pub enum Error {
         limit: usize,
     },
 
-    /// The event type is empty or malformed.
+    /// The event type is empty, malformed, or reserved for the bus (`system.*`).
     #[error(
         "invalid event type {0:?}: {1}; use dot-separated segments of letters, digits, '_', '-', ':' or '/' such as \"order.shipped\""
     )]
@@ -33,7 +88,7 @@ pub enum Error {
     )]
     InvalidPattern(String, &'static str),
 
-    /// A configuration value is out of range.
+    /// A configuration value or a request parameter is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
 
@@ -62,7 +117,7 @@ pub enum Error {
     NotADatabase {
         /// The path that was opened.
         path: String,
-        /// What the database engine said.
+        /// What is wrong with it.
         reason: String,
     },
 
@@ -84,8 +139,14 @@ pub enum Error {
     },
 
     /// The database could not be reached in time (PostgreSQL down, network gone).
-    #[error("the database is unavailable: {0}; check that it is running and reachable, then retry")]
-    Unavailable(String),
+    #[error(
+        "the database is unavailable: {source}; check that it is running and reachable, then retry"
+    )]
+    Unavailable {
+        /// What the driver said.
+        #[source]
+        source: BoxError,
+    },
 
     /// The event is not held by this worker: it was already finalized, or its lease expired
     /// and another worker took it over (fencing).
@@ -98,9 +159,52 @@ pub enum Error {
     #[error("the store is closed")]
     StoreClosed,
 
+    /// The action conflicts with the current state of what it names (a dead letter that is
+    /// already resolved, one being retried, an operation that has finished).
+    #[error("{message}")]
+    Conflict {
+        /// What the action named.
+        what: String,
+        /// Its current status.
+        status: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+
+    /// A resource other than an event or a subscription does not exist (a dead letter, an
+    /// operation, a job).
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+
+    /// Stored data could not be read back: it is not what durabus wrote.
+    #[error("stored data is corrupt: {what}: {source}")]
+    Corrupt {
+        /// What was being read.
+        what: String,
+        /// Why it could not be read.
+        #[source]
+        source: BoxError,
+    },
+
     /// A database operation failed.
-    #[error("database error: {0}")]
-    Database(String),
+    #[error("{context}: {source}")]
+    Database {
+        /// What kind of failure the database reported.
+        kind: ErrorKind,
+        /// What durabus was doing.
+        context: String,
+        /// The driver's error.
+        #[source]
+        source: BoxError,
+    },
+
+    /// Something inside durabus failed that should not (a task panicked, a thread could not
+    /// start).
+    #[error("internal error: {0}")]
+    Internal(String),
 
     /// Reading or writing a file failed.
     #[error("I/O error on {path}: {source}")]
@@ -116,10 +220,136 @@ pub enum Error {
 /// Result with durabus's [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl Error {
+    /// What kind of failure this is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidPayload(_)
+            | Error::PayloadTooLarge { .. }
+            | Error::InvalidEventType(..)
+            | Error::InvalidPattern(..)
+            | Error::InvalidConfig(_)
+            | Error::InvalidId(_) => ErrorKind::InvalidInput,
+            Error::EventNotFound(..)
+            | Error::SubscriptionNotFound(_)
+            | Error::DatabaseMissing(_)
+            | Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::NotHeld(_) | Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Locked(_) => ErrorKind::Locked,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::NotADatabase { .. } | Error::Corrupt { .. } => ErrorKind::Corrupt,
+            Error::SchemaTooNew { .. } => ErrorKind::Unsupported,
+            Error::Shutdown | Error::StoreClosed => ErrorKind::Closed,
+            Error::Database { kind, .. } => *kind,
+            Error::Internal(_) => ErrorKind::Internal,
+            Error::Io { .. } => ErrorKind::Io,
+        }
+    }
+
+    /// A database error of `kind` while doing `context`.
+    pub(crate) fn database(
+        kind: ErrorKind,
+        context: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Error {
+        Error::Database {
+            kind,
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+
+    /// Stored data that does not decode.
+    pub(crate) fn corrupt(what: impl Into<String>, source: impl Into<BoxError>) -> Error {
+        Error::Corrupt {
+            what: what.into(),
+            source: source.into(),
+        }
+    }
+
+    /// A value that did not serialise to JSON: the caller's input is wrong.
+    pub(crate) fn unserialisable(what: &str, e: &serde_json::Error) -> Error {
+        Error::InvalidPayload(format!("{what}: {e}"))
+    }
+
+    /// The same error for another caller, when one failure answers many requests (a group
+    /// commit that could not commit). Plain variants are copied; the others share the original
+    /// as their source.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn duplicate(shared: &Arc<Error>) -> Error {
+        match shared.as_ref() {
+            Error::Locked(d) => Error::Locked(*d),
+            Error::StoreClosed => Error::StoreClosed,
+            Error::Shutdown => Error::Shutdown,
+            other => Error::Database {
+                kind: other.kind(),
+                context: "the group transaction failed".into(),
+                source: Box::new(Shared(shared.clone())),
+            },
+        }
+    }
+
+    /// Adds what durabus was doing to a database error; other errors pass unchanged.
+    #[must_use]
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn context(self, what: impl Into<String>) -> Error {
+        match self {
+            Error::Database { kind, source, .. } => Error::Database {
+                kind,
+                context: what.into(),
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+/// An error shared by several callers.
+#[derive(Debug)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+struct Shared(Arc<Error>);
+
+impl std::fmt::Display for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Shared {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.0.as_ref())
+    }
+}
+
 #[cfg(feature = "sqlite")]
 impl From<rusqlite::Error> for Error {
     fn from(err: rusqlite::Error) -> Self {
-        Error::Database(err.to_string())
+        use rusqlite::ErrorCode;
+        let kind = match &err {
+            rusqlite::Error::SqliteFailure(e, _) => match e.code {
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => ErrorKind::Locked,
+                ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => ErrorKind::Corrupt,
+                ErrorCode::ConstraintViolation => match e.extended_code {
+                    // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
+                    1555 | 2067 => ErrorKind::Conflict,
+                    _ => ErrorKind::InvalidInput,
+                },
+                ErrorCode::DiskFull
+                | ErrorCode::SystemIoFailure
+                | ErrorCode::ReadOnly
+                | ErrorCode::CannotOpen
+                | ErrorCode::PermissionDenied => ErrorKind::Io,
+                ErrorCode::TooBig => ErrorKind::InvalidInput,
+                _ => ErrorKind::Internal,
+            },
+            rusqlite::Error::QueryReturnedNoRows => ErrorKind::NotFound,
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::Utf8Error(..) => ErrorKind::Corrupt,
+            _ => ErrorKind::Internal,
+        };
+        Error::database(kind, "SQLite error", err)
     }
 }
 
@@ -127,24 +357,134 @@ impl From<rusqlite::Error> for Error {
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
         match err {
-            sqlx::Error::PoolTimedOut => {
-                Error::Unavailable("no connection became available in time".into())
-            }
+            sqlx::Error::PoolTimedOut => Error::Unavailable {
+                source: "no connection became available in time".into(),
+            },
             sqlx::Error::PoolClosed => Error::StoreClosed,
-            sqlx::Error::Io(e) => Error::Unavailable(e.to_string()),
-            sqlx::Error::Database(e)
-                if e.code()
-                    .is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "57P03") =>
-            {
-                Error::Unavailable(e.to_string())
+            sqlx::Error::Io(e) => Error::Unavailable { source: e.into() },
+            sqlx::Error::Database(e) => {
+                let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
+                let kind = match code.as_str() {
+                    c if c.starts_with("08") || c == "57P01" || c == "57P03" => {
+                        return Error::Unavailable { source: e.into() };
+                    }
+                    "23505" | "40001" | "40P01" => ErrorKind::Conflict,
+                    c if c.starts_with("22") || c.starts_with("23") => ErrorKind::InvalidInput,
+                    "53100" => ErrorKind::Io,
+                    "55P03" => ErrorKind::Locked,
+                    _ => ErrorKind::Internal,
+                };
+                Error::database(kind, "PostgreSQL error", e)
             }
-            other => Error::Database(other.to_string()),
+            e @ (sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
+                Error::corrupt("a PostgreSQL column", e)
+            }
+            sqlx::Error::RowNotFound => Error::database(ErrorKind::NotFound, "PostgreSQL", err),
+            other => Error::database(ErrorKind::Internal, "PostgreSQL error", other),
         }
     }
 }
 
-impl From<serde_json::Error> for Error {
-    fn from(err: serde_json::Error) -> Self {
-        Error::Database(format!("stored JSON is corrupt: {err}"))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_variant_has_the_kind_callers_branch_on() {
+        let cases: Vec<(Error, ErrorKind)> = vec![
+            (Error::InvalidPayload("x".into()), ErrorKind::InvalidInput),
+            (Error::InvalidId("x".into()), ErrorKind::InvalidInput),
+            (Error::EventNotFound("x".into(), ""), ErrorKind::NotFound),
+            (Error::NotHeld("x".into()), ErrorKind::Conflict),
+            (Error::Locked(Duration::from_secs(1)), ErrorKind::Locked),
+            (
+                Error::Unavailable {
+                    source: "down".into(),
+                },
+                ErrorKind::Unavailable,
+            ),
+            (
+                Error::corrupt("x", "not json".to_owned()),
+                ErrorKind::Corrupt,
+            ),
+            (
+                Error::SchemaTooNew {
+                    found: 9,
+                    supported: 1,
+                },
+                ErrorKind::Unsupported,
+            ),
+            (Error::Shutdown, ErrorKind::Closed),
+            (Error::StoreClosed, ErrorKind::Closed),
+            (Error::Internal("x".into()), ErrorKind::Internal),
+        ];
+        for (e, kind) in cases {
+            assert_eq!(e.kind(), kind, "{e}");
+        }
+    }
+
+    #[test]
+    fn a_serialisation_failure_is_invalid_input_not_corruption() {
+        let mut map = std::collections::HashMap::new();
+        map.insert(vec![1u8], 1);
+        let Err(e) = serde_json::to_string(&map) else {
+            panic!("a map with non-string keys serialised");
+        };
+        assert_eq!(
+            Error::unserialisable("metadata", &e).kind(),
+            ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn database_errors_keep_their_source() {
+        let e = Error::database(ErrorKind::Internal, "doing x", "driver said y".to_owned());
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source.as_deref(), Some("driver said y"));
+        assert_eq!(e.to_string(), "doing x: driver said y");
+    }
+
+    #[test]
+    fn a_duplicated_error_keeps_kind_and_source() {
+        let shared = Arc::new(Error::database(
+            ErrorKind::Io,
+            "commit",
+            "disk full".to_owned(),
+        ));
+        let copy = Error::duplicate(&shared);
+        assert_eq!(copy.kind(), ErrorKind::Io);
+        assert!(copy.to_string().contains("disk full"), "{copy}");
+        let locked = Error::duplicate(&Arc::new(Error::Locked(Duration::from_secs(3))));
+        assert!(matches!(locked, Error::Locked(d) if d == Duration::from_secs(3)));
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_codes_map_to_kinds() {
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        assert_eq!(Error::from(busy).kind(), ErrorKind::Locked);
+        let notadb = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+            None,
+        );
+        assert_eq!(Error::from(notadb).kind(), ErrorKind::Corrupt);
+        let unique = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE),
+            None,
+        );
+        assert_eq!(Error::from(unique).kind(), ErrorKind::Conflict);
+        let check = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_CHECK),
+            None,
+        );
+        assert_eq!(Error::from(check).kind(), ErrorKind::InvalidInput);
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        assert_eq!(Error::from(full).kind(), ErrorKind::Io);
     }
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
-use crate::pattern::validate_event_type;
+use crate::pattern::{validate_event_type, validate_system_type};
 
 /// An event id: a UUID (version 7, so ids sort by creation time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -131,6 +131,10 @@ pub struct Event {
     pub next_attempt_at: Option<Timestamp>,
     /// When the event became a dead letter.
     pub dlq_at: Option<Timestamp>,
+    /// How many times the event has become a dead letter (0 for most). A dead letter sent back
+    /// for delivery keeps its count: delivered, it resolves its dead-letter record; dead again,
+    /// it adds a round to it.
+    pub dlq_count: u32,
 }
 
 fn raw_json<S: Serializer>(payload: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -190,9 +194,24 @@ impl NewEvent {
         })
     }
 
+    /// One of the bus's own `system.*` events (applications cannot make these).
+    #[allow(dead_code)]
+    pub(crate) fn system<T: Serialize + ?Sized>(event_type: &str, payload: &T) -> Result<NewEvent> {
+        validate_system_type(event_type)?;
+        let payload = serde_json::to_string(payload)
+            .map_err(|e| Error::unserialisable("a system event's payload", &e))?;
+        Ok(NewEvent {
+            id: EventId::new(),
+            event_type: event_type.to_owned(),
+            payload,
+            metadata: Metadata::new(),
+        })
+    }
+
     /// Checks the type and the payload's size against `max_payload_bytes`: fails with
-    /// [`Error::InvalidEventType`] or [`Error::PayloadTooLarge`]. Every way of publishing runs
-    /// this before anything is written.
+    /// [`Error::InvalidEventType`] (also for the reserved `system.*` types) or
+    /// [`Error::PayloadTooLarge`]. Every way of publishing runs this before anything is
+    /// written.
     pub fn check(&self, max_payload_bytes: usize) -> Result<()> {
         if self.payload.len() > max_payload_bytes {
             return Err(Error::PayloadTooLarge {
@@ -236,6 +255,7 @@ impl NewEvent {
             updated_at: now,
             next_attempt_at: (status == EventStatus::Pending).then_some(now),
             dlq_at: None,
+            dlq_count: 0,
         }
     }
 }

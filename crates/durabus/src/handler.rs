@@ -11,7 +11,7 @@ use crate::event::Event;
 use crate::retry::RetryOverride;
 
 /// Any error a handler returns.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use crate::error::BoxError;
 
 /// What a handler returns: `Ok(())` when the event was handled.
 pub type HandlerResult = Result<(), BoxError>;
@@ -34,6 +34,34 @@ where
     fn call(&self, event: Event) -> HandlerFuture {
         Box::pin(self(event))
     }
+}
+
+/// Catches a panic of the future it wraps, so a panicking handler fails its attempt instead of
+/// unwinding through the dispatcher.
+pub(crate) struct CatchUnwind(pub(crate) HandlerFuture);
+
+impl std::future::Future for CatchUnwind {
+    type Output = Result<HandlerResult, String>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let fut = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(Ok(r)),
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Err(panic) => std::task::Poll::Ready(Err(panic_message(panic.as_ref()))),
+        }
+    }
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 /// Options of one subscription.

@@ -7,18 +7,36 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::ops::payloads::ConfigSource;
 use crate::store::{EventQuery, Store};
+
+/// Replaces payloads in `events` with what operators may see.
+pub(crate) async fn redact_events(configs: &ConfigSource, events: &mut [Event]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let set = configs.get().await?;
+    for e in events {
+        let r = set.resolve(&e.event_type);
+        if r.redacts() {
+            e.payload = r.redact(&e.payload);
+        }
+    }
+    Ok(())
+}
 
 /// Events deleted per transaction by [`History::purge`], so a large purge never holds the write
 /// lock for long.
 pub const PURGE_CHUNK: usize = 10_000;
 
-/// Lists and purges the event history.
+/// Lists and purges the event history. Payloads are shown redacted as the payload
+/// configuration says (see [`crate::payload`]).
 #[derive(Debug, Clone)]
 pub struct History {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     chunk: usize,
+    configs: Arc<ConfigSource>,
 }
 
 impl History {
@@ -29,10 +47,21 @@ impl History {
 
     /// History on `store` reading `clock`.
     pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        let configs = Arc::new(ConfigSource::new(store.clone()));
+        Self::with_source(store, clock, configs)
+    }
+
+    /// History sharing `configs` (a bus's own).
+    pub(crate) fn with_source(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        configs: Arc<ConfigSource>,
+    ) -> Self {
         History {
             store,
             clock,
             chunk: PURGE_CHUNK,
+            configs,
         }
     }
 
@@ -44,8 +73,9 @@ impl History {
         self
     }
 
-    /// Events matching `query` (any status, type and creation-time range), newest first.
-    /// Fails with [`Error::InvalidConfig`] for an empty time range.
+    /// Events matching `query` (any status, type and creation-time range), newest first,
+    /// payloads redacted as configured. Fails with [`Error::InvalidConfig`] for an empty time
+    /// range.
     pub async fn list(&self, query: EventQuery) -> Result<Vec<Event>> {
         if let (Some(from), Some(before)) = (query.created_from, query.created_before)
             && from >= before
@@ -54,7 +84,21 @@ impl History {
                 "empty time range: created_from ({from}) must be before created_before ({before})"
             )));
         }
-        self.store.list_events(query).await
+        let mut events = self.store.list_events(query).await?;
+        redact_events(&self.configs, &mut events).await?;
+        Ok(events)
+    }
+
+    /// One event by id, any status, payload redacted as configured. Fails with
+    /// [`Error::EventNotFound`].
+    pub async fn get(&self, id: crate::EventId) -> Result<Event> {
+        let mut event = self
+            .store
+            .get_event(id)
+            .await?
+            .ok_or_else(|| Error::EventNotFound(id.to_string(), ""))?;
+        redact_events(&self.configs, std::slice::from_mut(&mut event)).await?;
+        Ok(event)
     }
 
     /// Deletes `done` events completed more than `older_than` ago (`updated_at <= now -

@@ -26,20 +26,26 @@
 //! ```
 //!
 //! # Layout
-//! - [`bus`](EventBus): publish, enqueue, subscribe, start, shutdown.
-//! - `dispatch`: running handlers with timeouts, recording outcomes, the worker loop.
-//! - [`retry`]: the retry policy, its merge and the back-off formula.
-//! - [`pattern`]: event types and glob patterns.
-//! - [`dlq`]: the dead-letter inspector.
-//! - [`breaker`]: the per-subscription circuit breaker (a pure state machine).
-//! - [`metrics`]: in-process retry metrics.
-//! - [`store`]: the [`Store`] trait and the SQLite store.
-//! - [`clock`]: injected time.
+//! Layers point one way: `bus → dispatch → store`; the operations modules (`dlq`, `history`,
+//! `stats`) use the store only.
+//!
+//! - [`bus`](EventBus): the public handle: publish, enqueue, subscribe, start, shutdown, and
+//!   `poll`/`finalize` for own worker loops; its background tasks run under one supervisor.
+//! - `dispatch`: the dispatcher: subscription registry, circuit breakers, in-flight tracking,
+//!   metrics; runs handlers under timeouts, `decide`s what an attempt means (one pure
+//!   function for every path), records outcomes; the worker loop.
+//! - [`store`]: capability traits by noun ([`EventStore`], [`SubscriptionStore`],
+//!   [`QueryStore`], [`DeadLetterStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL
+//!   stores behind them; versioned migrations embedded from `migrations/`.
+//! - [`dlq`], [`history`], [`stats`]: dead letters, event history, statistics over a store.
+//! - [`retry`], [`pattern`], [`breaker`], [`clock`]: pure logic and injected time.
+//! - [`error`]: [`Error`] with an [`ErrorKind`] to branch on.
 
 pub mod breaker;
 mod bus;
 pub mod clock;
 pub mod config;
+pub mod dead_letter;
 mod dispatch;
 pub mod dlq;
 pub mod error;
@@ -47,25 +53,42 @@ pub mod event;
 pub mod handler;
 pub mod history;
 pub mod metrics;
+pub mod operation;
+pub mod ops;
 #[cfg(feature = "sqlite")]
 pub mod outbox;
 pub mod pattern;
+pub mod payload;
+pub mod replay;
 pub mod retry;
+mod shutdown;
 pub mod stats;
 pub mod store;
+mod sync;
 
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::BusConfig;
-pub use dlq::{DlqInspector, Page};
-pub use error::{Error, Result};
+pub use dead_letter::{
+    Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPolicy,
+    DeadLetterStatus, Keyset,
+};
+pub use dlq::{BulkRequest, DeadLetterPage, DeadLetters, DlqInspector, Page, Preview};
+pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use history::History;
 pub use metrics::{MetricsSnapshot, TypeMetrics};
+pub use operation::{Operation, OperationStatus};
+pub use ops::{
+    ConfigInput, JobConfig, Operations, Payloads, ReplayHooks, Replays, RunOptions, Scheduler,
+    SchedulerConfig,
+};
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
+pub use payload::{PayloadConfig, Snapshot};
+pub use replay::{ReplayRequest, ReplayResult, ReplaySelection};
 pub use retry::{RetryOverride, RetryPolicy};
 /// The `rusqlite` durabus links, for applications that write events in their own SQLite
 /// transactions through an [`Outbox`].
@@ -80,9 +103,18 @@ pub use stats::{StoreStats, TypeStats};
 pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
-pub use store::{EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow};
+pub use store::{
+    Backend, DeadLetterStore, EventQuery, EventStore, InsertMode, JobRow, JobStart, JobStore,
+    OperationStore, Outcome, QueryStore, RetryCount, StatusCount, Store, StoreLifecycle,
+    SubscriptionRow, SubscriptionStore,
+};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
+
+/// The runbook's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/OPERATIONS.md")]
+pub struct OperationsDoctests;

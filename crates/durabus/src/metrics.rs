@@ -1,6 +1,7 @@
 //! Retry metrics kept in-process: retries, success after retry, dead letters per event type,
 //! and how many attempts events needed. Field names are the Prometheus names without the
-//! `durabus_` prefix.
+//! `durabus_` prefix. The bus's own `system.*` events (a `system.dead_letter` per dead letter)
+//! are not counted here: each would add a success to the application's rates.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -70,9 +71,10 @@ pub(crate) enum Pass {
 impl RetryMetrics {
     /// Counts one delivery pass over an event that had `prior_failures` failed attempts.
     pub(crate) fn record(&self, event_type: &str, prior_failures: u32, pass: Pass) {
-        let Ok(mut st) = self.state.lock() else {
+        if crate::pattern::is_system_type(event_type) {
             return;
-        };
+        }
+        let mut st = crate::sync::lock(&self.state);
         let retry = prior_failures > 0;
         let s = &mut st.snap;
         if !s.by_type.contains_key(event_type) {
@@ -131,10 +133,7 @@ impl RetryMetrics {
 
     /// A copy of the current values.
     pub fn snapshot(&self) -> MetricsSnapshot {
-        self.state
-            .lock()
-            .map(|st| st.snap.clone())
-            .unwrap_or_default()
+        crate::sync::lock(&self.state).snap.clone()
     }
 }
 
@@ -165,6 +164,13 @@ mod tests {
         assert_eq!(s.by_type["a.ok"].dlq_rate, 0.0);
         assert_eq!(s.by_type["a.flaky"].retries_total, 1);
         assert_eq!(s.attempts_histogram, BTreeMap::from([(1, 1), (2, 2)]));
+    }
+
+    #[test]
+    fn the_bus_s_own_events_are_not_counted() {
+        let m = RetryMetrics::default();
+        m.record("system.dead_letter", 0, Pass::Succeeded);
+        assert_eq!(m.snapshot(), MetricsSnapshot::default());
     }
 
     #[test]

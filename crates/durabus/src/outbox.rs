@@ -8,13 +8,13 @@
 
 use std::sync::Arc;
 
-use rusqlite::{Connection, params};
+use rusqlite::Connection;
 use serde::Serialize;
 
 use crate::clock::{Clock, SystemClock};
-use crate::error::{Error, Result};
-use crate::event::{EventId, NewEvent};
-use crate::store::sqlite::Sql;
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{EventId, EventStatus, NewEvent};
+use crate::store::sqlite::{Sql, insert_events};
 
 /// The payload limit of an [`Outbox`] unless set: the bus's default, 1 MiB.
 const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -107,9 +107,10 @@ impl Outbox {
     /// The event is part of the open transaction: it exists, and is delivered, only if that
     /// transaction commits.
     ///
-    /// Fails with [`Error::InvalidEventType`], [`Error::InvalidPayload`],
-    /// [`Error::PayloadTooLarge`], or [`Error::Database`] (for example when the bus has never
-    /// opened this file, so its tables are missing); nothing is written then.
+    /// Fails with [`Error::InvalidEventType`] (also for the reserved `system.*` types),
+    /// [`Error::InvalidPayload`], [`Error::PayloadTooLarge`], or [`Error::Database`] (for
+    /// example when the bus has never opened this file, so its tables are missing: kind
+    /// [`ErrorKind::NotFound`]); nothing is written then.
     pub fn publish<T: Serialize + ?Sized>(
         &self,
         conn: &Connection,
@@ -139,14 +140,14 @@ impl Outbox {
         if events.is_empty() {
             return Ok(ids);
         }
-        let now = self.clock.now().as_millis();
+        let now = self.clock.now();
         // Outside a transaction, the savepoint is the transaction and its RELEASE the commit.
         let own_transaction = conn.is_autocommit();
         conn.execute_batch("SAVEPOINT durabus_outbox")
-            .map_err(|e| self.explain(e))?;
+            .map_err(|e| self.explain_sqlite(conn, e))?;
         let result = self.write(conn, &events, now).and_then(|()| {
             conn.execute_batch("RELEASE durabus_outbox")
-                .map_err(|e| self.explain(e))
+                .map_err(|e| self.explain_sqlite(conn, e))
         });
         match result {
             Ok(()) => Ok(ids),
@@ -160,56 +161,51 @@ impl Outbox {
                     Ok(()) => Err(e),
                     // SQLite already rolled the whole transaction back (disk full, I/O error):
                     // the caller's own writes are gone too.
-                    Err(_) if !own_transaction => Err(Error::Database(format!(
-                        "{e}; SQLite rolled back the whole transaction, the application's writes in it included: run it again"
-                    ))),
+                    Err(_) if !own_transaction => Err(e.context(
+                        "SQLite rolled back the whole transaction, the application's writes in it included: run it again",
+                    )),
                     Err(_) => Err(e),
                 }
             }
         }
     }
 
-    fn write(&self, conn: &Connection, events: &[NewEvent], now: i64) -> Result<()> {
-        let mut stmt = conn
-            .prepare_cached(&self.sql.insert)
-            .map_err(|e| self.explain(e))?;
-        for e in events {
-            let metadata = if e.metadata.is_empty() {
-                None
-            } else {
-                Some(serde_json::to_string(&e.metadata)?)
-            };
-            stmt.execute(params![
-                e.id.to_string(),
-                e.event_type,
-                e.payload,
-                "pending",
-                metadata,
-                now,
-                now
-            ])
-            .map_err(|e| self.explain(e))?;
-        }
-        Ok(())
+    fn write(&self, conn: &Connection, events: &[NewEvent], now: crate::Timestamp) -> Result<()> {
+        insert_events(conn, &self.sql, events, EventStatus::Pending, now)
+            .map(|_| ())
+            .map_err(|e| self.explain(conn, e))
     }
 
-    fn explain(&self, e: rusqlite::Error) -> Error {
-        let text = e.to_string();
-        let busy = matches!(
-            e.sqlite_error_code(),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        );
-        if busy {
-            Error::Database(format!(
-                "{text}: another connection holds the write lock; set a busy_timeout on your connection and begin write transactions with TransactionBehavior::Immediate, so the lock is taken before the transaction reads"
-            ))
-        } else if text.contains("no such table") {
-            Error::Database(format!(
-                "{text}: open the bus on this database file first (it creates its tables), with the same table prefix ({:?})",
-                self.sql.prefix
-            ))
-        } else {
-            Error::from(e)
+    fn explain_sqlite(&self, conn: &Connection, e: rusqlite::Error) -> Error {
+        self.explain(conn, Error::from(e))
+    }
+
+    /// Says what to do about the errors an application's connection commonly meets.
+    fn explain(&self, conn: &Connection, e: Error) -> Error {
+        if e.kind() == ErrorKind::Locked {
+            return e.context(
+                "another connection holds the write lock; set a busy_timeout on your connection and begin write transactions with TransactionBehavior::Immediate, so the lock is taken before the transaction reads",
+            );
         }
+        let table = format!("{}events", self.sql.prefix);
+        let missing = matches!(e, Error::Database { .. })
+            && conn
+                .query_row(
+                    "SELECT count(*) = 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+                    [&table],
+                    |r| r.get::<_, bool>(0),
+                )
+                .unwrap_or(false);
+        if missing {
+            return Error::database(
+                ErrorKind::NotFound,
+                format!(
+                    "the table {table} does not exist: open the bus on this database file first (it creates its tables), with the same table prefix ({:?})",
+                    self.sql.prefix
+                ),
+                e,
+            );
+        }
+        e
     }
 }

@@ -38,8 +38,30 @@ fn check_shape(s: &str, allow_star: bool) -> std::result::Result<(), &'static st
     Ok(())
 }
 
-/// Checks that `event_type` is a valid event type.
+/// The prefix of the bus's own event types (`system.dead_letter`, `system.replay.started`, …).
+/// Applications may subscribe to them but not publish them.
+pub const SYSTEM_PREFIX: &str = "system.";
+
+/// Whether `event_type` is one of the bus's own (`system.*`).
+pub fn is_system_type(event_type: &str) -> bool {
+    event_type.starts_with(SYSTEM_PREFIX)
+}
+
+/// Checks that `event_type` is a valid event type for an application to publish: well formed,
+/// and not reserved for the bus (`system.*`).
 pub fn validate_event_type(event_type: &str) -> Result<()> {
+    validate_system_type(event_type)?;
+    if is_system_type(event_type) {
+        return Err(Error::InvalidEventType(
+            event_type.into(),
+            "types beginning with \"system.\" are reserved for the bus's own events",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the shape of an event type, `system.*` included (the bus's own events).
+pub(crate) fn validate_system_type(event_type: &str) -> Result<()> {
     check_shape(event_type, false).map_err(|why| Error::InvalidEventType(event_type.into(), why))
 }
 
@@ -157,6 +179,27 @@ mod tests {
         assert!(validate_event_type(&"a".repeat(256)).is_err());
         assert!(validate_event_type(&"a".repeat(255)).is_ok());
         assert!(validate_event_type("billing:v2/order_paid-1.x").is_ok());
+    }
+
+    #[test]
+    fn system_types_are_reserved_for_the_bus_but_can_be_subscribed_to() {
+        for reserved in ["system.dead_letter", "system.replay.started", "system.x"] {
+            assert!(
+                matches!(
+                    validate_event_type(reserved),
+                    Err(Error::InvalidEventType(..))
+                ),
+                "{reserved}"
+            );
+            assert!(validate_system_type(reserved).is_ok());
+            assert!(is_system_type(reserved));
+        }
+        for app in ["system", "systems.x", "my.system.x", "System.x"] {
+            assert!(validate_event_type(app).is_ok(), "{app}");
+            assert!(!is_system_type(app));
+        }
+        assert!(m("system.*", "system.dead_letter"));
+        assert!(Pattern::new("system.*").is_ok());
     }
 
     proptest! {

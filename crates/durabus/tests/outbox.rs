@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use durabus::rusqlite::Connection;
 use durabus::{
-    Error, Event, EventBus, EventId, EventStatus, NewEvent, Outbox, SqliteOptions, SubscribeOptions,
+    Error, ErrorKind, Event, EventBus, EventId, EventStatus, NewEvent, Outbox, SqliteOptions,
+    SubscribeOptions,
 };
 
 fn temp() -> (tempfile::TempDir, PathBuf) {
@@ -170,10 +171,10 @@ async fn an_outbox_batch_is_all_or_nothing_and_the_callers_transaction_survives(
         payload: "{oops".into(),
         ..good(6)
     };
-    assert!(matches!(
-        outbox.publish_batch(&tx, vec![first, not_json, good(7)]),
-        Err(Error::Database(_))
-    ));
+    let refused = outbox
+        .publish_batch(&tx, vec![first, not_json, good(7)])
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidInput, "{refused}");
     let batch = vec![good(8), good(9)];
     let ids = outbox.publish_batch(&tx, batch).unwrap();
     tx.commit().unwrap();
@@ -233,14 +234,23 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
+    // Every table of the bus carries its prefix; the application's two are untouched
+    // (`sqlite_sequence` is SQLite's own, kept for the dead letters' AUTOINCREMENT positions).
     assert_eq!(
         tables,
         vec![
+            "app_bus_dead_letter_groups",
+            "app_bus_dead_letters",
+            "app_bus_event_payloads",
             "app_bus_events",
+            "app_bus_jobs",
             "app_bus_meta",
+            "app_bus_operations",
+            "app_bus_payload_config",
             "app_bus_subscriptions",
             "events",
-            "orders"
+            "orders",
+            "sqlite_sequence"
         ]
     );
     let mine: String = conn
@@ -261,6 +271,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
     let err = Outbox::new()
         .publish(&conn, "order.placed", &2)
         .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
     let text = err.to_string();
     assert!(
         text.contains("durabus_events") && text.contains("prefix"),

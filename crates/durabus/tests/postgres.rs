@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use durabus::sqlx::{self, AssertSqlSafe, Row};
 use durabus::{
-    Clock, Error, Event, EventBus, EventStatus, InsertMode, ManualClock, NewEvent, Outcome,
-    PgOptions, PgStore, Store, SubscribeOptions,
+    Clock, Error, ErrorKind, Event, EventBus, EventStatus, EventStore, InsertMode, ManualClock,
+    NewEvent, Outcome, PgOptions, PgStore, QueryStore, StoreLifecycle, SubscribeOptions,
+    SubscriptionStore,
 };
 use support::{Seen, drop_schema, pg_available, pg_url, unique_schema};
 
@@ -330,7 +331,7 @@ async fn heartbeats_keep_a_long_running_event_with_its_worker() {
     let clock = ManualClock::default();
     let a = short_lease(&schema).await;
     let b = short_lease(&schema).await;
-    assert_eq!(a.heartbeat_interval(), Some(Duration::from_secs(1) / 3));
+    assert_eq!(a.heartbeat_interval(), Duration::from_secs(1) / 3);
     let id = claimed(&a, &clock, "x.long").await;
     for _ in 0..5 {
         clock.advance(Duration::from_millis(800));
@@ -500,7 +501,8 @@ async fn during_an_outage_publish_fails_fast_and_afterwards_nothing_acknowledged
         .unwrap_err();
     let took = started.elapsed();
     assert!(took < Duration::from_secs(5), "took {took:?}");
-    assert!(matches!(err, Error::Unavailable(_)), "{err}");
+    assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
     assert!(
         err.to_string().contains("check that it is running"),
         "{err}"
@@ -613,4 +615,95 @@ async fn a_postgres_url_selects_postgres_and_anything_else_sqlite() {
         .await
         .unwrap_err();
     assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbled_schema_version_is_refused_not_read_as_zero() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    PgStore::connect(&pg_url(), options(&schema))
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    let pool = admin().await;
+    sqlx::query(AssertSqlSafe(format!(
+        "UPDATE \"{schema}\".meta SET value = 'v1' WHERE key = 'schema_version'"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    for create in [true, false] {
+        let err = PgStore::connect(
+            &pg_url(),
+            PgOptions {
+                create,
+                ..options(&schema)
+            },
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    }
+    let value: String = sqlx::query(AssertSqlSafe(format!(
+        "SELECT value FROM \"{schema}\".meta WHERE key = 'schema_version'"
+    )))
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(value, "v1");
+    drop_schema(&schema).await;
+}
+
+/// Several processes on one schema run each tick of a job once: here three buses with their
+/// schedulers, on one manual clock, cross one tick together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_tick_of_a_job_runs_once_across_processes() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let clock = ManualClock::new(durabus::Timestamp(1_767_225_600_000 + 60_000));
+    let mut buses = Vec::new();
+    for _ in 0..3 {
+        let bus = EventBus::builder()
+            .postgres_with(pg_url(), options(&schema))
+            .clock(Arc::new(clock.clone()))
+            .build()
+            .await
+            .unwrap();
+        bus.start().await.unwrap();
+        buses.push(bus);
+    }
+    // 00:01 → 00:16: one tick of the auto-retry job (*/15) for all three.
+    clock.advance(Duration::from_secs(15 * 60));
+    let store = buses[0].store();
+    eventually("the tick to run", async || {
+        store
+            .job_list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.name == "dead-letter-auto-retry" && r.last_finished_at.is_some())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let rows = store.job_list().await.unwrap();
+    let row = rows
+        .iter()
+        .find(|r| r.name == "dead-letter-auto-retry")
+        .unwrap();
+    assert_eq!(row.runs, 1, "{row:?}");
+    assert_eq!(
+        row.last_tick,
+        Some(durabus::Timestamp(1_767_225_600_000 + 15 * 60_000))
+    );
+    for bus in buses {
+        bus.shutdown().await.unwrap();
+    }
+    drop_schema(&schema).await;
 }

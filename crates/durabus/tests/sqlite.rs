@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use durabus::store::sqlite::{ListFilter, Sql};
 use durabus::{
-    Error, EventBus, EventQuery, EventStatus, InsertMode, NewEvent, SqliteOptions, SqliteStore,
-    Store, Timestamp,
+    Error, EventBus, EventQuery, EventStatus, EventStore, InsertMode, NewEvent, QueryStore,
+    SqliteOptions, SqliteStore, Store, StoreLifecycle, Timestamp,
 };
 use rusqlite::Connection;
 
@@ -557,4 +557,204 @@ async fn a_database_from_before_table_prefixes_is_renamed_and_keeps_its_events()
             "durabus_events_processing"
         ]
     );
+}
+
+/// A database file written by the first release's schema (committed as a fixture: 7 completed
+/// events and a dead letter from `durabus demo`) opens with this build, is migrated to the
+/// current schema version, and keeps every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_from_the_first_schema_is_upgraded_with_its_events() {
+    let (_dir, path) = temp();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sqlite-v1.db"),
+        &path,
+    )
+    .unwrap();
+    let before: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM durabus_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get::<_, String>(0),
+        )
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(before, 1);
+    let bus = EventBus::open(&path).await.unwrap();
+    let version: String = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM durabus_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, durabus::store::sqlite::SCHEMA_VERSION.to_string());
+    let all = bus.history().list(EventQuery::default()).await.unwrap();
+    assert_eq!(all.len(), 8);
+    assert_eq!(
+        all.iter().filter(|e| e.status == EventStatus::Done).count(),
+        7
+    );
+    let dead = bus.dlq().list(durabus::Page::default()).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].event_type, "order.paid");
+    assert_eq!(dead[0].retry_count, 3);
+    assert_eq!(dead[0].errors.len(), 3);
+    assert!(dead[0].errors[0].contains("card for order #99 refused"));
+    assert!(dead[0].payload_value().is_object());
+    // Migration 2 gave the dead event a record: its round, its group, manual retries only.
+    let record = bus.dead_letters().get(dead[0].id).await.unwrap();
+    assert_eq!(record.status, durabus::DeadLetterStatus::Pending);
+    assert_eq!(record.subscription.as_deref(), Some("demo-payments"));
+    assert_eq!(
+        record.last_error,
+        "card for order #99 refused by the issuer"
+    );
+    assert_eq!(record.error_history.len(), 1);
+    assert_eq!(record.error_history[0].errors, dead[0].errors);
+    assert_eq!(record.created_at, dead[0].dlq_at.unwrap());
+    assert_eq!(
+        record.next_auto_retry_at, None,
+        "an upgrade sends nothing back by itself"
+    );
+    assert_eq!(record.payload, dead[0].payload);
+    let groups = bus.dead_letters().groups(10).await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!((groups[0].count, groups[0].open), (1, 1));
+    assert_eq!(get_dlq_count(&path, dead[0].id), 1);
+    // No announcement for an old dead letter.
+    assert!(
+        bus.history()
+            .list(EventQuery {
+                event_type: Some("system.dead_letter".into()),
+                ..EventQuery::default()
+            })
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // And it works as a bus: a new event is stored and delivered.
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let s = seen.clone();
+    bus.subscribe(
+        "order.*",
+        move |_e: durabus::Event| {
+            s.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async { Ok(()) }
+        },
+        durabus::SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    bus.publish("order.paid", &serde_json::json!({"order": 100}))
+        .await
+        .unwrap();
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+    bus.shutdown().await.unwrap();
+}
+
+/// A schema version that is not a number is refused (never read as 0, which would run every
+/// migration again over the existing tables), and the file is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_garbled_schema_version_is_refused_and_the_file_left_alone() {
+    let (_dir, path) = temp();
+    SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+    Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE durabus_meta SET value = 'one' WHERE key = 'schema_version'",
+            [],
+        )
+        .unwrap();
+    let err = SqliteStore::open(&path, SqliteOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), durabus::ErrorKind::Corrupt, "{err}");
+    let value: String = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM durabus_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(value, "one");
+}
+
+fn get_dlq_count(path: &std::path::Path, id: durabus::EventId) -> i64 {
+    Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT dlq_count FROM durabus_events WHERE id = ?1",
+            [id.to_string()],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+fn file_holds(path: &std::path::Path, needle: &[u8]) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    [path.to_path_buf(), std::path::PathBuf::from(wal)]
+        .iter()
+        .any(|p| std::fs::read(p).is_ok_and(|bytes| contains(&bytes, needle)))
+}
+
+/// A soft-deleted snapshot's compressed bytes are overwritten in the file, not only hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_deleted_snapshot_is_gone_from_the_file() {
+    let (_dir, path) = temp();
+    // Random text: gzip keeps it mostly as literals, so the stored blob is distinctive.
+    let text: String = (0..8192)
+        .map(|_| char::from(b'a' + fastrand_byte() % 26))
+        .collect();
+    let id = durabus::EventId::new();
+    let bus = EventBus::open(&path).await.unwrap();
+    bus.payloads()
+        .store_snapshot(id, "secret.x", "webhook_raw", &text)
+        .await
+        .unwrap();
+    let blob = bus.store().payload_list(id).await.unwrap()[0]
+        .blob
+        .clone()
+        .unwrap();
+    let needle = &blob[blob.len() / 2..blob.len() / 2 + 64];
+    bus.shutdown().await.unwrap();
+    assert!(
+        file_holds(&path, needle),
+        "the test must see the bytes first"
+    );
+    let bus = EventBus::open(&path).await.unwrap();
+    let actor = durabus::Actor::new("ann", durabus::ActorKind::Library);
+    bus.payloads()
+        .delete(id, "right to be forgotten", &actor)
+        .await
+        .unwrap();
+    bus.shutdown().await.unwrap();
+    assert!(!file_holds(&path, needle), "the bytes are overwritten");
+}
+
+fn fastrand_byte() -> u8 {
+    use std::cell::Cell;
+    thread_local!(static S: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) });
+    S.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        (x >> 24) as u8
+    })
 }

@@ -4,6 +4,10 @@ pub mod bench;
 pub mod demo;
 pub mod dlq;
 pub mod events;
+pub mod jobs;
+pub mod operations;
+pub mod payloads;
+pub mod replay;
 pub mod stats;
 pub mod worker;
 
@@ -11,6 +15,43 @@ use std::path::Path;
 use std::sync::Arc;
 
 use durabus::{BusBuilder, EventBus, PgOptions, PgStore, SqliteOptions, SqliteStore, Store};
+
+/// What every command gets besides its database: output format and who is acting.
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// Print JSON instead of tables.
+    pub json: bool,
+    /// Who is acting.
+    pub actor: durabus::Actor,
+}
+
+/// The OS user running the command, for the actor's name: `$USER` (or `$LOGNAME`), else the
+/// name of this process's user id in `/etc/passwd`.
+pub fn os_user() -> String {
+    ["USER", "LOGNAME", "USERNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.trim().is_empty()))
+        .or_else(passwd_name)
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn passwd_name() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let uid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .to_owned();
+    std::fs::read_to_string("/etc/passwd")
+        .ok()?
+        .lines()
+        .find_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            (f.nth(1)? == uid).then(|| name.to_owned())
+        })
+}
 
 /// The database the command works on: an SQLite file, or a PostgreSQL URL.
 #[derive(Debug, Clone)]

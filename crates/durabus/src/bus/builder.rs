@@ -1,5 +1,6 @@
 //! Building an [`EventBus`].
 
+#[cfg(feature = "sqlite")]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,15 +168,42 @@ impl BusBuilder {
         self
     }
 
-    /// Sets how many events one claim takes (256 unless set).
+    /// Sets the most events one claim takes (256 unless set).
     pub fn claim_batch(mut self, n: usize) -> Self {
         self.config.claim_batch = n;
+        self
+    }
+
+    /// Sets how many events a claim takes beyond the free delivery slots (16 unless set).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.config.prefetch = n;
         self
     }
 
     /// Sets the circuit breaker thresholds (see [`BreakerConfig`] for the defaults).
     pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
         self.config.breaker = breaker;
+        self
+    }
+
+    /// Sets when dead letters are retried automatically (1 h, 6 h, 24 h unless set; see
+    /// [`DeadLetterPolicy`](crate::DeadLetterPolicy)).
+    pub fn dead_letters(mut self, policy: crate::DeadLetterPolicy) -> Self {
+        self.config.dead_letters = policy;
+        self
+    }
+
+    /// Sets the maintenance jobs a started bus runs (see
+    /// [`SchedulerConfig`](crate::SchedulerConfig)).
+    pub fn scheduler(mut self, scheduler: crate::SchedulerConfig) -> Self {
+        self.config.scheduler = scheduler;
+        self
+    }
+
+    /// Turns automatic payload snapshots on or off (off unless set; see
+    /// [`BusConfig::payload_snapshots`](crate::BusConfig::payload_snapshots)).
+    pub fn payload_snapshots(mut self, on: bool) -> Self {
+        self.config.payload_snapshots = on;
         self
     }
 
@@ -222,6 +250,11 @@ impl BusBuilder {
                 store
             }
         };
-        Ok(EventBus::from_parts(store, self.clock, self.config))
+        let bus = EventBus::from_parts(store, self.clock, self.config);
+        if bus.config().payload_snapshots {
+            // The publish path reads the configuration without waiting: load it now.
+            bus.load_payload_configs().await?;
+        }
+        Ok(bus)
     }
 }

@@ -4,8 +4,6 @@
 use crate::bus::EventBus;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId};
-use crate::retry::RetryPolicy;
-use crate::store::Outcome;
 
 impl EventBus {
     /// For applications that run their own loop instead of [`start`](Self::start)ing the
@@ -19,13 +17,7 @@ impl EventBus {
         if self.is_shutdown() {
             return Err(Error::Shutdown);
         }
-        let recovered = self
-            .inner
-            .store
-            .recover_processing(self.inner.clock.now())
-            .await?;
-        self.start_heartbeat().await;
-        Ok(recovered)
+        self.recover_and_start_store().await
     }
 
     /// Takes one due event for this caller, or `None` if nothing is due; never waits. The event
@@ -46,64 +38,20 @@ impl EventBus {
         if self.is_shutdown() {
             return Err(Error::Shutdown);
         }
-        let mut events = self
-            .inner
-            .store
-            .claim_due(self.inner.clock.now(), 1)
-            .await?;
+        let mut events = self.store().claim_due(self.clock().now(), 1).await?;
         Ok(events.pop())
     }
 
     /// Reports the result of an event taken with [`poll`](Self::poll). `true`: the event is
     /// done. `false`: a failed attempt, retried on the retry schedule of its matching
-    /// subscriptions (the bus default otherwise) and dead-lettered when none are left.
+    /// subscriptions (the bus default otherwise) and dead-lettered when none are left; it is
+    /// logged (subscription `poll/finalize`) and counted in [`metrics`](Self::metrics) like a
+    /// handler's failure.
     ///
     /// Fails with [`Error::NotHeld`] if this process no longer holds the event (finalized
     /// already, or its lease expired and another worker took it over), and
     /// [`Error::EventNotFound`] for an unknown id.
     pub async fn finalize(&self, id: EventId, success: bool) -> Result<()> {
-        let event = self
-            .inner
-            .store
-            .get_event(id)
-            .await?
-            .ok_or_else(|| Error::EventNotFound(id.to_string(), ""))?;
-        let now = self.inner.clock.now();
-        let outcome = if success {
-            Outcome::Done {
-                id,
-                delivered: event.delivered,
-            }
-        } else {
-            let subs = self.inner.registry.matching(&event.event_type);
-            let policy = RetryPolicy::merge(
-                &self.inner.config.retry,
-                subs.iter().filter_map(|s| s.info.retry.as_ref()),
-            );
-            let attempt = event.retry_count.saturating_add(1);
-            let mut errors = event.errors;
-            errors.push(format!("attempt {attempt}: finalized as failed"));
-            if attempt > policy.max_retries {
-                Outcome::Dead {
-                    id,
-                    retry_count: attempt,
-                    errors,
-                    delivered: event.delivered,
-                }
-            } else {
-                Outcome::Retry {
-                    id,
-                    retry_count: attempt,
-                    errors,
-                    delivered: event.delivered,
-                    next_attempt_at: now.plus(policy.delay_with_jitter(attempt + 1)),
-                }
-            }
-        };
-        if self.inner.store.record(outcome, now).await? {
-            Ok(())
-        } else {
-            Err(Error::NotHeld(id.to_string()))
-        }
+        self.dispatcher().finalize(id, success).await
     }
 }

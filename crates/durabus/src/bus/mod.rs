@@ -1,54 +1,56 @@
-//! The [`EventBus`]: publish, enqueue, subscribe, unsubscribe, start and shutdown.
+//! The [`EventBus`]: the public handle. It holds a dispatcher (delivery) and its own lifecycle
+//! (started, shutting down, the background tasks under a supervisor).
 
-mod breakers;
 mod builder;
-pub(crate) mod inflight;
 mod manual;
-pub(crate) mod registry;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
-use tokio::sync::{Mutex, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::Mutex;
 
-pub use breakers::SubscriptionBreaker;
+pub use crate::dispatch::breakers::SubscriptionBreaker;
 pub use builder::BusBuilder;
 
-use self::breakers::Breakers;
-use self::inflight::InFlight;
-use self::registry::{Entry, Registry};
 use crate::clock::Clock;
 use crate::config::BusConfig;
+use crate::dispatch::Dispatcher;
+use crate::dispatch::registry::Entry;
 use crate::dlq::DlqInspector;
 use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::handler::{Handler, SubscribeOptions, Subscription};
-use crate::metrics::{MetricsSnapshot, RetryMetrics};
+use crate::metrics::MetricsSnapshot;
+use crate::ops::payloads::ConfigSource;
 use crate::pattern::Pattern;
-use crate::store::{InsertMode, Store, SubscriptionRow};
+use crate::payload::{NewSnapshot, STAGE_PUBLISHED};
+use crate::shutdown::Supervisor;
+use crate::store::{Backend, InsertMode, Store, SubscriptionRow};
 
 /// A subscription id (a UUID string).
 pub type SubscriptionId = String;
 
-pub(crate) struct Inner {
-    pub store: Arc<dyn Store>,
-    pub clock: Arc<dyn Clock>,
-    pub config: BusConfig,
-    pub registry: Registry,
-    pub breakers: Breakers,
-    pub metrics: RetryMetrics,
-    pub inflight: Arc<InFlight>,
+/// Where the bus is in its life.
+#[derive(Default)]
+struct Lifecycle {
     shutting_down: AtomicBool,
     started: AtomicBool,
-    stop: watch::Sender<bool>,
-    worker: Mutex<Option<JoinHandle<()>>>,
-    /// Renews the store's leases (PostgreSQL) from `start` until the drain at shutdown ends.
-    heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// The background tasks (the worker loop; later the operations layer's), drained at
+    /// shutdown.
+    supervisor: Supervisor,
+    /// Set once shutdown has finished; held while it runs, so a second call waits for it.
     closed: Mutex<bool>,
     /// Serialises `subscribe`, so the check that a name is free and its use are one step.
     subscribing: Mutex<()>,
+}
+
+struct Inner {
+    dispatcher: Arc<Dispatcher>,
+    life: Lifecycle,
+    /// The payload configuration (snapshots, redaction), shared with the dispatcher and every
+    /// reader the bus hands out.
+    payloads: Arc<ConfigSource>,
 }
 
 /// A persistent event bus. Cheap to clone: clones share one bus.
@@ -75,7 +77,7 @@ pub struct EventBus {
 impl std::fmt::Debug for EventBus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventBus")
-            .field("store", &self.inner.store)
+            .field("store", self.inner.dispatcher.store())
             .field("shutting_down", &self.is_shutdown())
             .finish_non_exhaustive()
     }
@@ -104,24 +106,58 @@ impl EventBus {
         clock: Arc<dyn Clock>,
         config: BusConfig,
     ) -> EventBus {
+        let payloads = Arc::new(ConfigSource::new(store.clone()));
         EventBus {
             inner: Arc::new(Inner {
-                store,
-                clock,
-                breakers: Breakers::new(config.breaker),
-                config,
-                registry: Registry::default(),
-                metrics: RetryMetrics::default(),
-                inflight: Arc::new(InFlight::default()),
-                shutting_down: AtomicBool::new(false),
-                started: AtomicBool::new(false),
-                stop: watch::channel(false).0,
-                worker: Mutex::new(None),
-                heartbeat: Mutex::new(None),
-                closed: Mutex::new(false),
-                subscribing: Mutex::new(()),
+                dispatcher: Arc::new(Dispatcher::new(store, clock, config, payloads.cache())),
+                life: Lifecycle::default(),
+                payloads,
             }),
         }
+    }
+
+    /// Loads the payload configuration from the store (the publish path reads it without
+    /// waiting).
+    pub(crate) async fn load_payload_configs(&self) -> Result<()> {
+        self.inner.payloads.reload().await.map(|_| ())
+    }
+
+    /// The payload store: snapshots per stage, their configuration per type, soft delete,
+    /// retention (on this bus's store and clock; configuration changes apply to this bus at
+    /// once).
+    pub fn payloads(&self) -> crate::Payloads {
+        crate::Payloads::with_source(self.store(), self.clock(), self.inner.payloads.clone())
+    }
+
+    /// The `published` snapshots of `events`, when automatic snapshots are on. Compression
+    /// runs here, on the caller's task, not on the store's writer.
+    fn published_snapshots(
+        &self,
+        events: &[NewEvent],
+        now: crate::Timestamp,
+    ) -> Result<Vec<NewSnapshot>> {
+        if !self.config().payload_snapshots {
+            return Ok(Vec::new());
+        }
+        let set = self.dispatcher().payload_configs().get();
+        let mut out = Vec::new();
+        for e in events {
+            if let Some(s) = crate::payload::snapshot(
+                e.id,
+                &e.event_type,
+                STAGE_PUBLISHED,
+                &e.payload,
+                set.resolve(&e.event_type),
+                now,
+            )? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    fn dispatcher(&self) -> &Arc<Dispatcher> {
+        &self.inner.dispatcher
     }
 
     /// An [`Outbox`](crate::Outbox) for publishing inside the application's own SQLite
@@ -129,21 +165,17 @@ impl EventBus {
     /// [`Error::InvalidConfig`] when the bus's store is not SQLite.
     #[cfg(feature = "sqlite")]
     pub fn outbox(&self) -> Result<crate::Outbox> {
-        let store = self
-            .inner
-            .store
-            .as_any()
-            .downcast_ref::<crate::SqliteStore>()
-            .ok_or_else(|| {
-                Error::InvalidConfig(
-                    "the outbox writes through a SQLite connection; this bus's store is not SQLite"
-                        .into(),
-                )
-            })?;
-        Ok(store
-            .outbox()
-            .with_clock(self.inner.clock.clone())
-            .max_payload_bytes(self.inner.config.max_payload_bytes))
+        match self.store().backend() {
+            Backend::Sqlite(store) => Ok(store
+                .outbox()
+                .with_clock(self.clock())
+                .max_payload_bytes(self.config().max_payload_bytes)),
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::InvalidConfig(
+                "the outbox writes through a SQLite connection; this bus's store is not SQLite"
+                    .into(),
+            )),
+        }
     }
 
     /// A [`PgOutbox`](crate::store::postgres::PgOutbox) for publishing inside the
@@ -151,45 +183,46 @@ impl EventBus {
     /// limit. Fails with [`Error::InvalidConfig`] when the bus's store is not PostgreSQL.
     #[cfg(feature = "postgres")]
     pub fn pg_outbox(&self) -> Result<crate::store::postgres::PgOutbox> {
-        let store = self
-            .inner
-            .store
-            .as_any()
-            .downcast_ref::<crate::store::postgres::PgStore>()
-            .ok_or_else(|| Error::InvalidConfig("this bus's store is not PostgreSQL".into()))?;
-        Ok(store
-            .outbox()
-            .max_payload_bytes(self.inner.config.max_payload_bytes))
+        match self.store().backend() {
+            Backend::Postgres(store) => Ok(store
+                .outbox()
+                .max_payload_bytes(self.config().max_payload_bytes)),
+            #[allow(unreachable_patterns)]
+            _ => Err(Error::InvalidConfig(
+                "this bus's store is not PostgreSQL".into(),
+            )),
+        }
     }
 
-    /// Completed events (history): listing by type, status and time, and retention purges.
+    /// Completed events (history): listing by type, status and time (payloads redacted as
+    /// configured), and retention purges.
     pub fn history(&self) -> crate::History {
-        crate::History::with_clock(self.inner.store.clone(), self.inner.clock.clone())
+        crate::History::with_source(self.store(), self.clock(), self.inner.payloads.clone())
     }
 
     /// The store under the bus.
     pub fn store(&self) -> Arc<dyn Store> {
-        self.inner.store.clone()
+        self.dispatcher().store().clone()
     }
 
     /// The bus's clock.
     pub fn clock(&self) -> Arc<dyn Clock> {
-        self.inner.clock.clone()
+        self.dispatcher().clock().clone()
     }
 
     /// The bus's settings.
     pub fn config(&self) -> &BusConfig {
-        &self.inner.config
+        self.dispatcher().config()
     }
 
     /// A dead-letter inspector on the same store and clock.
     pub fn dlq(&self) -> DlqInspector {
-        DlqInspector::with_clock(self.inner.store.clone(), self.inner.clock.clone())
+        DlqInspector::with_source(self.store(), self.clock(), self.inner.payloads.clone())
     }
 
     /// Whether [`shutdown`](Self::shutdown) has been called.
     pub fn is_shutdown(&self) -> bool {
-        self.inner.shutting_down.load(Ordering::SeqCst)
+        self.inner.life.shutting_down.load(Ordering::SeqCst)
     }
 
     fn check_open(&self) -> Result<()> {
@@ -208,7 +241,7 @@ impl EventBus {
     }
 
     fn check_size(&self, event: &NewEvent) -> Result<()> {
-        event.check(self.inner.config.max_payload_bytes)
+        event.check(self.config().max_payload_bytes)
     }
 
     fn map_closed(e: Error) -> Error {
@@ -222,8 +255,9 @@ impl EventBus {
     /// delivery attempt, and returns the event's id. A failed attempt is retried in the
     /// background on the retry schedule (the bus must be [`start`](Self::start)ed for that).
     ///
-    /// Fails with [`Error::InvalidEventType`], [`Error::InvalidPayload`],
-    /// [`Error::PayloadTooLarge`] or [`Error::Shutdown`]; nothing is stored then.
+    /// Fails with [`Error::InvalidEventType`] (also for the reserved `system.*` types),
+    /// [`Error::InvalidPayload`], [`Error::PayloadTooLarge`] or [`Error::Shutdown`]; nothing is
+    /// stored then.
     pub async fn publish<T: Serialize + ?Sized>(
         &self,
         event_type: &str,
@@ -238,25 +272,27 @@ impl EventBus {
     /// stored, nothing is stored or delivered and the id is returned: publishing is
     /// idempotent, also when two publishes of one id race.
     pub async fn publish_event(&self, event: NewEvent) -> Result<EventId> {
-        let guard = self.inner.inflight.enter();
+        let dispatcher = self.dispatcher().clone();
+        let guard = dispatcher.inflight().enter();
         self.check_open()?;
         self.check_size(&event)?;
-        let now = self.inner.clock.now();
+        let now = dispatcher.clock().now();
         let id = event.id;
+        let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
         // Stored and delivered in one task of its own: if the caller drops this future, the
         // insert and the delivery still finish and the outcome is recorded, so the event is
         // never left `processing` with nobody delivering it.
-        let inner = self.inner.clone();
         let task = tokio::spawn(async move {
-            let inserted = inner
-                .store
-                .insert(vec![event.clone()], InsertMode::Claimed, now)
+            let inserted = dispatcher
+                .store()
+                .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
                 .await
                 .map_err(Self::map_closed)?;
             // Idempotent publish: an event with this id is already stored (and delivered, or
             // on its way); it is not delivered again.
             if inserted.first() == Some(&true) {
-                crate::dispatch::deliver(&inner, event.into_event(EventStatus::Processing, now))
+                dispatcher
+                    .deliver(event.into_event(EventStatus::Processing, now))
                     .await;
             }
             drop(guard);
@@ -264,7 +300,7 @@ impl EventBus {
         });
         match task.await {
             Ok(result) => result.map(|()| id),
-            Err(e) => Err(Error::Database(format!("the publish task failed: {e}"))),
+            Err(e) => Err(Error::Internal(format!("the publish task failed: {e}"))),
         }
     }
 
@@ -285,9 +321,10 @@ impl EventBus {
         self.check_open()?;
         self.check_size(&event)?;
         let id = event.id;
-        self.inner
-            .store
-            .insert(vec![event], InsertMode::Pending, self.inner.clock.now())
+        let now = self.clock().now();
+        let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
+        self.store()
+            .insert_with(vec![event], snapshots, InsertMode::Pending, now)
             .await
             .map_err(Self::map_closed)?;
         Ok(id)
@@ -306,16 +343,17 @@ impl EventBus {
         if events.is_empty() {
             return Ok(ids);
         }
-        self.inner
-            .store
-            .insert(events, InsertMode::Pending, self.inner.clock.now())
+        let now = self.clock().now();
+        let snapshots = self.published_snapshots(&events, now)?;
+        self.store()
+            .insert_with(events, snapshots, InsertMode::Pending, now)
             .await
             .map_err(Self::map_closed)?;
         Ok(ids)
     }
 
     /// Registers `handler` for event types matching `pattern` and stores the subscription row.
-    /// Returns the subscription id.
+    /// Returns the subscription id. Patterns may name the bus's own events (`system.*`).
     ///
     /// Fails with [`Error::InvalidPattern`], [`Error::InvalidConfig`] (a zero timeout, a bad
     /// retry override, a name already in use) or [`Error::Shutdown`].
@@ -327,23 +365,25 @@ impl EventBus {
     ) -> Result<SubscriptionId> {
         self.check_open()?;
         let pattern = Pattern::new(pattern)?;
-        let timeout = options.timeout.unwrap_or(self.inner.config.handler_timeout);
+        let config = self.config();
+        let timeout = options.timeout.unwrap_or(config.handler_timeout);
         if timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "subscription timeout must be above zero".into(),
             ));
         }
         if let Some(o) = &options.retry {
-            self.inner.config.retry.with_override(o).validate()?;
+            config.retry.with_override(o).validate()?;
         }
-        let _one_at_a_time = self.inner.subscribing.lock().await;
+        let registry = self.dispatcher().registry();
+        let _one_at_a_time = self.inner.life.subscribing.lock().await;
         if let Some(name) = &options.name {
             if name.trim().is_empty() {
                 return Err(Error::InvalidConfig(
                     "subscription name must not be empty".into(),
                 ));
             }
-            if self.inner.registry.has_key(name) {
+            if registry.has_key(name) {
                 return Err(Error::InvalidConfig(format!(
                     "a subscription named {name:?} already exists on this bus; names must be unique"
                 )));
@@ -356,7 +396,7 @@ impl EventBus {
             event_type: pattern.as_str().to_owned(),
             timeout,
             retry: options.retry,
-            created_at: self.inner.clock.now(),
+            created_at: self.clock().now(),
         };
         let row = SubscriptionRow {
             id: id.clone(),
@@ -364,12 +404,11 @@ impl EventBus {
             event_type: info.event_type.clone(),
             created_at: info.created_at,
         };
-        self.inner
-            .store
+        self.store()
             .save_subscription(row)
             .await
             .map_err(Self::map_closed)?;
-        self.inner.registry.add(Entry {
+        registry.add(Entry {
             key: options.name.unwrap_or_else(|| id.clone()),
             info,
             pattern,
@@ -381,29 +420,28 @@ impl EventBus {
     /// Each live subscription's circuit breaker: state, failure rate and samples in the window,
     /// and when it opened.
     pub fn breakers(&self) -> Vec<SubscriptionBreaker> {
-        self.inner
-            .breakers
-            .snapshot(self.inner.registry.all(), self.inner.clock.now())
+        let d = self.dispatcher();
+        d.breakers().snapshot(d.registry().all(), d.clock().now())
     }
 
     /// A snapshot of the retry metrics kept since this bus was built.
     pub fn metrics(&self) -> MetricsSnapshot {
-        self.inner.metrics.snapshot()
+        self.dispatcher().metrics().snapshot()
     }
 
     /// The live subscriptions of this bus, in the order their handlers run.
     pub fn subscriptions(&self) -> Vec<Subscription> {
-        self.inner.registry.all()
+        self.dispatcher().registry().all()
     }
 
     /// Removes a subscription: its handler gets no more events and its row is deleted.
     /// Fails with [`Error::SubscriptionNotFound`] for an unknown id.
     pub async fn unsubscribe(&self, id: &str) -> Result<()> {
-        let removed = self.inner.registry.remove(id);
-        self.inner.breakers.remove(id);
+        let d = self.dispatcher();
+        let removed = d.registry().remove(id);
+        d.breakers().remove(id);
         let deleted = self
-            .inner
-            .store
+            .store()
             .delete_subscription(id)
             .await
             .map_err(Self::map_closed)?;
@@ -420,50 +458,90 @@ impl EventBus {
     /// again does nothing and returns 0.
     pub async fn start(&self) -> Result<u64> {
         self.check_open()?;
-        if self.inner.started.swap(true, Ordering::SeqCst) {
+        let life = &self.inner.life;
+        if life.started.swap(true, Ordering::SeqCst) {
             return Ok(0);
         }
-        let recovered = match self
-            .inner
-            .store
-            .recover_processing(self.inner.clock.now())
-            .await
-        {
+        let recovered = match self.recover_and_start_store().await {
             Ok(n) => n,
             Err(e) => {
                 // Not started: a later call may try again.
-                self.inner.started.store(false, Ordering::SeqCst);
-                return Err(Self::map_closed(e));
+                life.started.store(false, Ordering::SeqCst);
+                return Err(e);
             }
         };
         if recovered > 0 {
             tracing::info!(recovered, "recovered events left in processing by a crash");
         }
-        let handle = tokio::spawn(crate::dispatch::run_worker(
-            self.inner.clone(),
-            self.inner.stop.subscribe(),
-        ));
-        *self.inner.worker.lock().await = Some(handle);
-        self.start_heartbeat().await;
+        let dispatcher = self.dispatcher().clone();
+        life.supervisor.spawn("worker", move |shutdown| {
+            crate::dispatch::worker::run(dispatcher, shutdown)
+        });
+        if self.config().scheduler.enabled {
+            let scheduler = self.scheduler()?;
+            life.supervisor
+                .spawn("scheduler", move |shutdown| scheduler.run(shutdown));
+        }
+        if self.config().payload_snapshots {
+            let payloads = self.inner.payloads.clone();
+            life.supervisor.spawn("payload-configs", move |mut shutdown| async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(crate::ops::payloads::CONFIG_REFRESH) => {}
+                        _ = shutdown.recv() => return,
+                    }
+                    if let Err(e) = payloads.reload().await {
+                        tracing::warn!(error = %e, "could not reload the payload configuration");
+                    }
+                }
+            });
+        }
+        let operations = self.operations();
+        let every = self.config().operations_poll;
+        life.supervisor.spawn("operations", move |shutdown| {
+            run_operations(operations, every, shutdown)
+        });
         Ok(recovered)
     }
 
-    /// Starts renewing the store's leases (PostgreSQL), once.
-    pub(crate) async fn start_heartbeat(&self) {
-        let mut beat = self.inner.heartbeat.lock().await;
-        if beat.is_none()
-            && let Some(every) = self.inner.store.heartbeat_interval()
-        {
-            *beat = Some(tokio::spawn(crate::dispatch::worker::heartbeat(
-                self.inner.clone(),
-                every,
-            )));
-        }
+    /// Dead-letter records: list, inspect, groups, act, bulk operations (on this bus's store
+    /// and clock).
+    pub fn dead_letters(&self) -> crate::DeadLetters {
+        crate::DeadLetters::with_source(self.store(), self.clock(), self.inner.payloads.clone())
+    }
+
+    /// Durable operations on this bus's store: read, cancel, run. A started bus runs submitted
+    /// operations (and resumes those whose runner died) by itself.
+    pub fn operations(&self) -> crate::Operations {
+        crate::Operations::with_clock(self.store(), self.clock())
+    }
+
+    /// Replays on this bus's store and clock: preview, dry run, submit (a started bus runs
+    /// submitted replays by itself), run here with a handler or filter, follow, cancel.
+    pub fn replays(&self) -> crate::Replays {
+        crate::Replays::with_clock(self.store(), self.clock())
+    }
+
+    /// The maintenance jobs of this bus (see [`SchedulerConfig`](crate::SchedulerConfig)): list
+    /// them, run one now. A started bus runs them on their schedules.
+    pub fn scheduler(&self) -> Result<crate::Scheduler> {
+        crate::Scheduler::new(self.store(), self.clock(), self.config().scheduler.clone())
+    }
+
+    /// Crash recovery, then the store's own background work (PostgreSQL's lease heartbeats).
+    async fn recover_and_start_store(&self) -> Result<u64> {
+        let store = self.store();
+        let recovered = store
+            .recover_processing(self.clock().now())
+            .await
+            .map_err(Self::map_closed)?;
+        store.start_background(self.clock());
+        Ok(recovered)
     }
 
     /// Dispatches running now (inline publishes and background deliveries).
     pub fn in_flight(&self) -> usize {
-        self.inner.inflight.count()
+        self.dispatcher().inflight().count()
     }
 
     /// Graceful shutdown: new publishes and subscribes fail with [`Error::Shutdown`], the workers
@@ -471,40 +549,87 @@ impl EventBus {
     /// is closed. Handlers still running after the timeout are abandoned; their events stay
     /// `processing` and are recovered by the next start. Calling it again is harmless.
     pub async fn shutdown(&self) -> Result<()> {
-        let mut closed = self.inner.closed.lock().await;
+        let life = &self.inner.life;
+        let mut closed = life.closed.lock().await;
         if *closed {
             return Ok(());
         }
-        self.inner.shutting_down.store(true, Ordering::SeqCst);
-        self.inner.stop.send_replace(true);
-        if let Some(worker) = self.inner.worker.lock().await.take() {
-            let _ = worker.await;
-        }
+        life.shutting_down.store(true, Ordering::SeqCst);
+        life.supervisor.drain().await;
+        let d = self.dispatcher();
         // Rows of unnamed subscriptions belong to this process alone; named rows stay, since a
         // later process with the same names carries on their delivery records.
-        for sub in self.inner.registry.all() {
+        for sub in d.registry().all() {
             if sub.name.is_none()
-                && let Err(e) = self.inner.store.delete_subscription(&sub.id).await
+                && let Err(e) = d.store().delete_subscription(&sub.id).await
             {
                 tracing::warn!(subscription_id = %sub.id, error = %e, "could not remove the subscription row");
             }
         }
-        let timeout = self.inner.config.shutdown_timeout;
-        if tokio::time::timeout(timeout, self.inner.inflight.wait_idle())
+        let timeout = d.config().shutdown_timeout;
+        if tokio::time::timeout(timeout, d.inflight().wait_idle())
             .await
             .is_err()
         {
             tracing::warn!(
-                in_flight = self.inner.inflight.count(),
+                in_flight = d.inflight().count(),
                 timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                 "shutdown timed out waiting for handlers; their events will be recovered on the next start"
             );
         }
-        if let Some(beat) = self.inner.heartbeat.lock().await.take() {
-            beat.abort();
-        }
-        let result = self.inner.store.close().await;
+        let result = d.store().close().await;
         *closed = true;
         result
     }
+}
+
+/// The bus's operations task: every `every`, starts each operation that can be taken
+/// (submitted, or left by a runner that died) on a task of its own, so a long, rate-limited
+/// replay does not hold up a bulk retry submitted after it. At shutdown the running ones
+/// pause at their next chunk boundary and are resumed by the next start.
+async fn run_operations(
+    operations: crate::Operations,
+    every: std::time::Duration,
+    mut shutdown: crate::shutdown::Shutdown,
+) {
+    let options = crate::RunOptions::default();
+    let mut running: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+    let active = Arc::new(std::sync::Mutex::new(
+        std::collections::HashSet::<String>::new(),
+    ));
+    loop {
+        // Look after a pause, not at once: a start has its own work (recovery, the first
+        // claims) and an operation waits a second at most.
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.recv() => break,
+        }
+        while running.try_join_next().is_some() {}
+        let claimable = match operations.claimable().await {
+            Ok(ops) => ops,
+            Err(e) => {
+                tracing::warn!(error = %e, "looking for operations to run failed");
+                continue;
+            }
+        };
+        for op in claimable {
+            if !crate::sync::lock(&active).insert(op.id.clone()) {
+                continue;
+            }
+            let (operations, options, active) =
+                (operations.clone(), options.clone(), active.clone());
+            running.spawn(async move {
+                match operations.run(&op.id, &options, |_| {}).await {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == crate::ErrorKind::Conflict => {}
+                    Err(e) => {
+                        tracing::warn!(operation = %op.id, error = %e, "an operation could not run")
+                    }
+                }
+                crate::sync::lock(&active).remove(&op.id);
+            });
+        }
+    }
+    options.pause.store(true, Ordering::SeqCst);
+    while running.join_next().await.is_some() {}
 }

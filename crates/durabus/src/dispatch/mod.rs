@@ -1,241 +1,321 @@
-//! Delivery: running the matching handlers of one event and recording the outcome, and the
-//! background worker loop that claims due events.
+//! The [`Dispatcher`]: it owns the subscription registry, the circuit breakers, the in-flight
+//! counter, the metrics and the store handle, and turns a claimed event into a recorded
+//! outcome: run the matching handlers, [`decide`](decide::decide) what that means, log and
+//! count it, write it. The bus holds a dispatcher plus its own lifecycle; nothing here knows
+//! the bus.
 
+pub(crate) mod breakers;
+pub(crate) mod decide;
+pub(crate) mod inflight;
+pub(crate) mod observer;
+pub(crate) mod registry;
+mod run;
 pub(crate) mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use self::breakers::Breakers;
+use self::decide::{Decision, Failure, OWN_LOOP, Policies, Ran, decide, emit};
+use self::inflight::InFlight;
+use self::observer::Observer;
+use self::registry::{Entry, Registry};
 use crate::breaker::Admission;
-use crate::bus::Inner;
-use crate::bus::registry::Entry;
-use crate::clock::Timestamp;
-use crate::event::Event;
-use crate::metrics::Pass;
+use crate::clock::{Clock, Timestamp};
+use crate::config::BusConfig;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventId};
+use crate::metrics::RetryMetrics;
+use crate::payload::{ConfigCache, NewSnapshot, STAGE_ERROR, error_text, snapshot};
 use crate::retry::RetryPolicy;
-use crate::store::Outcome;
+use crate::store::{Outcome, Store};
 
-pub(crate) use worker::run_worker;
+/// An attempt's outcome and the `error` snapshot of its failure, if one is taken.
+pub(crate) type Attempted = (Outcome, Option<NewSnapshot>);
 
-/// Catches a panic of the future it wraps, so a panicking handler fails its attempt instead of
-/// unwinding through the dispatcher.
-struct CatchUnwind(crate::handler::HandlerFuture);
+/// Delivers events: the registry, breakers, in-flight tracking, metrics and store of one bus.
+pub(crate) struct Dispatcher {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    config: BusConfig,
+    registry: Registry,
+    breakers: Breakers,
+    metrics: Arc<RetryMetrics>,
+    observers: Vec<Arc<dyn Observer>>,
+    inflight: Arc<InFlight>,
+    /// The payload configuration (for `error` snapshots), kept fresh by the bus.
+    payloads: Arc<ConfigCache>,
+}
 
-impl std::future::Future for CatchUnwind {
-    type Output = Result<crate::handler::HandlerResult, String>;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let fut = &mut self.0;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fut.as_mut().poll(cx))) {
-            Ok(std::task::Poll::Ready(r)) => std::task::Poll::Ready(Ok(r)),
-            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
-            Err(panic) => std::task::Poll::Ready(Err(panic_message(panic.as_ref()))),
+impl Dispatcher {
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: BusConfig,
+        payloads: Arc<ConfigCache>,
+    ) -> Dispatcher {
+        let metrics = Arc::new(RetryMetrics::default());
+        Dispatcher {
+            store,
+            clock,
+            breakers: Breakers::new(config.breaker),
+            config,
+            registry: Registry::default(),
+            observers: vec![metrics.clone()],
+            metrics,
+            inflight: Arc::new(InFlight::default()),
+            payloads,
         }
     }
-}
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
-}
-
-/// Runs one handler under its timeout. An error, a panic or a timeout fails the attempt; a
-/// timed-out handler is cancelled at its next await point.
-async fn run_handler(sub: &Entry, event: Event) -> Result<(), String> {
-    let handler = &sub.handler;
-    let fut = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call(event))) {
-        Ok(fut) => fut,
-        Err(panic) => {
-            return Err(format!(
-                "handler panicked: {}",
-                panic_message(panic.as_ref())
-            ));
-        }
-    };
-    match tokio::time::timeout(sub.info.timeout, CatchUnwind(fut)).await {
-        Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(e))) => Err(e.to_string()),
-        Ok(Err(panic)) => Err(format!("handler panicked: {panic}")),
-        Err(_) => Err(format!(
-            "handler timed out after {} ms",
-            sub.info.timeout.as_millis()
-        )),
-    }
-}
-
-/// Delivers a `processing` event to every matching handler that has not yet handled it, in
-/// subscription order, stopping at the first failure, then records the outcome.
-pub(crate) async fn deliver(inner: &Arc<Inner>, event: Event) {
-    let outcome = attempt(inner, event).await;
-    record_batch(inner, vec![outcome]).await;
-}
-
-/// Writes outcomes in one store call, retrying with back-off while the store fails (a lock held
-/// too long, say): giving up would leave the events `processing` until the next start. Stops
-/// when the store is closed; the next start then recovers the events.
-pub(crate) async fn record_batch(inner: &Arc<Inner>, outcomes: Vec<Outcome>) {
-    let mut pause = Duration::from_millis(10);
-    loop {
-        match inner
-            .store
-            .record_many(outcomes.clone(), inner.clock.now())
-            .await
-        {
-            Ok(flags) => {
-                for (o, applied) in outcomes.iter().zip(flags) {
-                    if !applied {
-                        tracing::warn!(event_id = %o.id(), "outcome not recorded: the event is no longer processing");
-                    }
-                }
-                return;
-            }
-            Err(crate::Error::StoreClosed) => {
-                tracing::warn!(
-                    events = outcomes.len(),
-                    "store closed before outcomes were recorded; the next start recovers them"
-                );
-                return;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, ?pause, "recording outcomes failed; retrying");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
-
-pub(crate) async fn attempt(inner: &Arc<Inner>, event: Event) -> Outcome {
-    let subs = inner.registry.matching(&event.event_type);
-    let policy = RetryPolicy::merge(
-        &inner.config.retry,
-        subs.iter().filter_map(|s| s.info.retry.as_ref()),
-    );
-    if event.retry_count > policy.max_retries {
-        // Every allowed attempt has been used, the last ones by processes that died during
-        // them (crash recovery counts those). A handler that kills its process must not loop
-        // forever: the event becomes a dead letter without another attempt.
-        tracing::warn!(
-            event_id = %event.id,
-            event_type = %event.event_type,
-            attempt = event.retry_count,
-            max_attempts = policy.max_attempts(),
-            "attempts exhausted by interrupted deliveries; dead-lettering"
-        );
-        return Outcome::Dead {
-            id: event.id,
-            retry_count: event.retry_count,
-            errors: event.errors,
-            delivered: event.delivered,
+    /// The `error` snapshot of a failed attempt, if automatic snapshots are on and the type's
+    /// configuration stores the stage. A snapshot that cannot be made is logged, never fails
+    /// the delivery.
+    fn error_snapshot(
+        &self,
+        id: EventId,
+        event_type: &str,
+        payload: &str,
+        log: &decide::Log,
+    ) -> Option<NewSnapshot> {
+        let decide::Log::Failed(f) = log else {
+            return None;
         };
-    }
-    let mut delivered = event.delivered.clone();
-    let pending: Vec<&Arc<Entry>> = subs
-        .iter()
-        .filter(|s| !delivered.iter().any(|k| k == &s.key))
-        .collect();
-    let ids: Vec<&str> = pending.iter().map(|s| s.info.id.as_str()).collect();
-    let admissions = inner.breakers.admit(&ids, inner.clock.now());
-    let mut deferred_until: Option<Timestamp> = None;
-    let mut failure = None;
-    for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
-        if let Admission::Skip { retry_at } = admission {
-            // Open breaker: this handler gets the event later; the others run now.
-            deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
-            continue;
+        if !self.config.payload_snapshots {
+            return None;
         }
-        let result = run_handler(sub, event.clone()).await;
-        inner
-            .breakers
-            .record(&sub.info.id, inner.clock.now(), result.is_ok());
-        match result {
-            Ok(()) => delivered.push(sub.key.clone()),
-            Err(error) => {
-                // Handlers after the failure do not run: a probe admitted for one of them is
-                // released, or its breaker would wait for that probe forever.
-                for (later, adm) in pending.iter().zip(&admissions).skip(i + 1) {
-                    if *adm == Admission::Probe {
-                        inner.breakers.release_probe(&later.info.id);
-                    }
-                }
-                failure = Some((*sub, error));
-                break;
+        let set = self.payloads.get();
+        let text = error_text(payload, &f.error, f.attempt);
+        match snapshot(
+            id,
+            event_type,
+            STAGE_ERROR,
+            &text,
+            set.resolve(event_type),
+            self.clock.now(),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(event_id = %id, error = %e, "could not take an error snapshot");
+                None
             }
         }
     }
-    let prior = event.retry_count;
-    let Some((sub, error)) = failure else {
-        if let Some(retry_at) = deferred_until {
-            inner
-                .metrics
-                .record(&event.event_type, prior, Pass::Deferred);
-            tracing::info!(
-                event_id = %event.id,
-                event_type = %event.event_type,
-                next_attempt_at = %retry_at,
-                "event deferred: a circuit breaker is open for a matching subscription"
-            );
-            // Not a failed attempt: retry count and errors stay as they are.
-            return Outcome::Retry {
-                id: event.id,
-                retry_count: event.retry_count,
-                errors: event.errors,
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn config(&self) -> &BusConfig {
+        &self.config
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn breakers(&self) -> &Breakers {
+        &self.breakers
+    }
+
+    pub fn metrics(&self) -> &RetryMetrics {
+        &self.metrics
+    }
+
+    pub fn inflight(&self) -> &Arc<InFlight> {
+        &self.inflight
+    }
+
+    /// The payload configuration the publish path and `error` snapshots read.
+    pub fn payload_configs(&self) -> &Arc<ConfigCache> {
+        &self.payloads
+    }
+
+    /// The matching subscriptions of `event_type` and their merged retry policy.
+    fn policy_for(&self, event_type: &str) -> (Vec<Arc<Entry>>, RetryPolicy) {
+        let subs = self.registry.matching(event_type);
+        let policy = RetryPolicy::merge(
+            &self.config.retry,
+            subs.iter().filter_map(|s| s.info.retry.as_ref()),
+        );
+        (subs, policy)
+    }
+
+    fn policies<'a>(&'a self, retry: &'a RetryPolicy) -> Policies<'a> {
+        Policies {
+            retry,
+            dead_letters: &self.config.dead_letters,
+        }
+    }
+
+    /// Logs a decision and tells the observers.
+    fn account(&self, decision: &Decision, id: EventId, event_type: &str, prior: u32) {
+        emit(&decision.log, id, event_type);
+        for o in &self.observers {
+            o.pass_finished(event_type, prior, decision.pass);
+        }
+    }
+
+    /// One delivery pass over a `processing` event: the matching handlers that have not yet
+    /// handled it run in subscription order until one fails; returns the outcome to record and
+    /// the snapshot of a failure.
+    pub async fn attempt(&self, event: Event) -> Attempted {
+        let (subs, policy) = self.policy_for(&event.event_type);
+        let ran = if decide::exhausted(&event, &policy) {
+            // Every allowed attempt was used by processes that died during it: a handler
+            // that kills its process must not loop forever.
+            Ran::Exhausted {
+                subscription: subs
+                    .iter()
+                    .find(|s| !event.delivered.contains(&s.key))
+                    .map(|s| (s.info.id.clone(), s.key.clone())),
+            }
+        } else {
+            self.run_handlers(&event, &subs).await
+        };
+        let (id, prior, event_type) = (event.id, event.retry_count, event.event_type.clone());
+        let payload = self.config.payload_snapshots.then(|| event.payload.clone());
+        let decision = decide(
+            event,
+            ran,
+            self.policies(&policy),
+            self.clock.now(),
+            fastrand::f64(),
+        );
+        self.account(&decision, id, &event_type, prior);
+        let snap = payload.and_then(|p| self.error_snapshot(id, &event_type, &p, &decision.log));
+        (decision.outcome, snap)
+    }
+
+    async fn run_handlers(&self, event: &Event, subs: &[Arc<Entry>]) -> Ran {
+        let mut delivered = event.delivered.clone();
+        let pending: Vec<&Arc<Entry>> = subs
+            .iter()
+            .filter(|s| !delivered.iter().any(|k| k == &s.key))
+            .collect();
+        let ids: Vec<&str> = pending.iter().map(|s| s.info.id.as_str()).collect();
+        let admissions = self.breakers.admit(&ids, self.clock.now());
+        let mut deferred_until: Option<Timestamp> = None;
+        for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
+            if let Admission::Skip { retry_at } = admission {
+                // Open breaker: this handler gets the event later; the others run now.
+                deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
+                continue;
+            }
+            let result = run::run_handler(sub, event.clone()).await;
+            self.breakers
+                .record(&sub.info.id, self.clock.now(), result.is_ok());
+            let Some((error, causes)) = result.into_failure() else {
+                delivered.push(sub.key.clone());
+                continue;
+            };
+            // Handlers after the failure do not run: a probe admitted for one of them is
+            // released, or its breaker would wait for that probe forever.
+            for (later, adm) in pending.iter().zip(&admissions).skip(i + 1) {
+                if *adm == Admission::Probe {
+                    self.breakers.release_probe(&later.info.id);
+                }
+            }
+            return Ran::Handlers {
                 delivered,
-                next_attempt_at: retry_at,
+                failure: Some(Failure {
+                    subscription_id: sub.info.id.clone(),
+                    key: Some(sub.key.clone()),
+                    error,
+                    causes,
+                }),
+                deferred_until,
             };
         }
-        inner
-            .metrics
-            .record(&event.event_type, prior, Pass::Succeeded);
-        return Outcome::Done {
-            id: event.id,
+        Ran::Handlers {
             delivered,
+            failure: None,
+            deferred_until,
+        }
+    }
+
+    /// Delivers a `processing` event and records the outcome (an inline publish).
+    pub async fn deliver(&self, event: Event) {
+        let (outcome, snap) = self.attempt(event).await;
+        self.record(vec![outcome], snap.into_iter().collect()).await;
+    }
+
+    /// Writes outcomes (and their snapshots) in one store call, retrying with back-off while
+    /// the store fails (a lock held too long, say): giving up would leave the events
+    /// `processing` until the next start. Stops when the store is closed; the next start then
+    /// recovers the events.
+    pub async fn record(&self, outcomes: Vec<Outcome>, snapshots: Vec<NewSnapshot>) {
+        let mut pause = Duration::from_millis(10);
+        loop {
+            match self
+                .store
+                .record_many_with(outcomes.clone(), snapshots.clone(), self.clock.now())
+                .await
+            {
+                Ok(flags) => {
+                    for (o, applied) in outcomes.iter().zip(flags) {
+                        if !applied {
+                            tracing::warn!(event_id = %o.id(), "outcome not recorded: the event is no longer processing");
+                        }
+                    }
+                    return;
+                }
+                Err(Error::StoreClosed) => {
+                    tracing::warn!(
+                        events = outcomes.len(),
+                        "store closed before outcomes were recorded; the next start recovers them"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, kind = %e.kind(), ?pause, "recording outcomes failed; retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// Records the result an own loop reports for an event it polled: done, or a failed
+    /// attempt decided, logged and counted like a handler's failure.
+    pub async fn finalize(&self, id: EventId, success: bool) -> Result<()> {
+        let event = self
+            .store
+            .get_event(id)
+            .await?
+            .ok_or_else(|| Error::EventNotFound(id.to_string(), ""))?;
+        let (_, policy) = self.policy_for(&event.event_type);
+        let ran = Ran::Handlers {
+            delivered: event.delivered.clone(),
+            failure: (!success).then(|| Failure {
+                subscription_id: OWN_LOOP.to_owned(),
+                key: None,
+                error: "finalized as failed".to_owned(),
+                causes: Vec::new(),
+            }),
+            deferred_until: None,
         };
-    };
-    let attempt = event.retry_count.saturating_add(1);
-    let retry_count = attempt;
-    let mut errors = event.errors;
-    errors.push(format!("attempt {attempt} [{}]: {error}", sub.key));
-    let dead = retry_count > policy.max_retries;
-    inner
-        .metrics
-        .record(&event.event_type, prior, Pass::Failed { dead });
-    let delay = if dead {
-        Duration::ZERO
-    } else {
-        policy.delay_with_jitter(attempt + 1)
-    };
-    tracing::warn!(
-        event_id = %event.id,
-        event_type = %event.event_type,
-        subscription_id = %sub.info.id,
-        attempt,
-        max_attempts = policy.max_attempts(),
-        delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-        error = %error,
-        dead_lettered = dead,
-        "event delivery failed"
-    );
-    if dead {
-        Outcome::Dead {
-            id: event.id,
-            retry_count,
-            errors,
-            delivered,
+        let (prior, event_type) = (event.retry_count, event.event_type.clone());
+        let payload = self.config.payload_snapshots.then(|| event.payload.clone());
+        let now = self.clock.now();
+        let decision = decide(event, ran, self.policies(&policy), now, fastrand::f64());
+        let snap = payload.and_then(|p| self.error_snapshot(id, &event_type, &p, &decision.log));
+        let applied = self
+            .store
+            .record_many_with(
+                vec![decision.outcome.clone()],
+                snap.into_iter().collect(),
+                now,
+            )
+            .await?;
+        if applied.first() != Some(&true) {
+            return Err(Error::NotHeld(id.to_string()));
         }
-    } else {
-        Outcome::Retry {
-            id: event.id,
-            retry_count,
-            errors,
-            delivered,
-            next_attempt_at: inner.clock.now().plus(delay),
-        }
+        self.account(&decision, id, &event_type, prior);
+        Ok(())
     }
 }

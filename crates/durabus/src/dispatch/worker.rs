@@ -1,129 +1,204 @@
-//! The background worker loop: claim due events in batches into a local queue, deliver them
-//! with at most `concurrency` running at once, and hand finished outcomes to a completer that
-//! writes them in batches. When nothing is due, sleep until woken by a write, by the earliest
-//! retry time, by a clock jump or by the poll interval.
+//! The background worker loop. It claims due events into a small local queue, delivers them
+//! with at most `concurrency` running at once, and hands finished outcomes to a completer task
+//! that writes them in batches. A claim takes at most the free delivery slots plus a prefetch,
+//! so a worker never holds (and, on PostgreSQL, leases) many more events than it gets through
+//! soon (see [`Pacer`]). When nothing is due it sleeps until woken by a write, by the earliest
+//! due time, by a clock jump, by the poll interval, or by shutdown.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::bus::Inner;
-use crate::bus::inflight::InFlightGuard;
+use super::inflight::InFlightGuard;
+use super::{Attempted, Dispatcher};
 use crate::event::Event;
+use crate::shutdown::Shutdown;
 use crate::store::Outcome;
 
-/// An outcome on its way to the store, with the in-flight guard that makes shutdown wait for
-/// the write.
-type Finished = (Outcome, InFlightGuard);
+/// An outcome (and its snapshot) on its way to the store, with the in-flight guard that makes
+/// shutdown wait for the write.
+type Finished = (Attempted, InFlightGuard);
 
 /// Most outcomes written in one store call.
 const COMPLETION_BATCH: usize = 1024;
 
 /// Writes finished deliveries' outcomes in batches: one store call for all that are waiting.
-async fn complete(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<Finished>) {
+/// Ends when every sender (the loop and each delivery) is gone.
+async fn complete(dispatcher: Arc<Dispatcher>, mut rx: mpsc::UnboundedReceiver<Finished>) {
     let mut buf = Vec::with_capacity(COMPLETION_BATCH);
     while rx.recv_many(&mut buf, COMPLETION_BATCH).await > 0 {
-        let (outcomes, guards): (Vec<Outcome>, Vec<InFlightGuard>) = buf.drain(..).unzip();
-        crate::dispatch::record_batch(&inner, outcomes).await;
+        let (attempts, guards): (Vec<Attempted>, Vec<InFlightGuard>) = buf.drain(..).unzip();
+        let (outcomes, snapshots): (Vec<Outcome>, Vec<_>) = attempts.into_iter().unzip();
+        dispatcher
+            .record(outcomes, snapshots.into_iter().flatten().collect())
+            .await;
         drop(guards);
     }
 }
 
-pub(crate) async fn run_worker(inner: Arc<Inner>, mut stop: watch::Receiver<bool>) {
-    let slots = Arc::new(Semaphore::new(inner.config.concurrency));
-    let wake = inner.store.wakeups();
-    let mut jumps = inner.clock.jumps();
+/// The work a claim may queue beyond the free slots: what this worker finishes in this long
+/// at its recent rate (at least `prefetch` events).
+pub(crate) const PREFETCH_HORIZON: Duration = Duration::from_millis(50);
+
+/// How many events one claim may take: the free delivery slots plus a prefetch of at least
+/// `prefetch` events, or as many as the worker finishes within [`PREFETCH_HORIZON`] at
+/// `rate` events/s, and never more than `claim_batch`. With slow handlers the prefetch stays
+/// at `prefetch` (an event waits in the queue for at most one handler's run); with fast ones a
+/// claim grows up to `claim_batch`, and a queued event still waits no more than about the
+/// horizon.
+pub(crate) fn claim_limit(free: usize, prefetch: usize, rate: f64, claim_batch: usize) -> usize {
+    let by_rate = (rate.max(0.0) * PREFETCH_HORIZON.as_secs_f64()) as usize;
+    free.saturating_add(prefetch.max(by_rate))
+        .min(claim_batch)
+        .max(1)
+}
+
+/// Measures how fast this worker finishes events (a moving average), for [`claim_limit`].
+#[derive(Debug)]
+struct Pacer {
+    finished: Arc<AtomicU64>,
+    since: Instant,
+    rate: f64,
+}
+
+impl Pacer {
+    fn new() -> Pacer {
+        Pacer {
+            finished: Arc::new(AtomicU64::new(0)),
+            since: Instant::now(),
+            rate: 0.0,
+        }
+    }
+
+    /// Events finished per second, recently; updated every few milliseconds, or as soon as a
+    /// few claims' worth of events have finished (so a burst ramps up within its first claims).
+    fn rate(&mut self, enough: u64) -> f64 {
+        let elapsed = self.since.elapsed();
+        let finished = self.finished.load(Ordering::Relaxed);
+        let measurable = elapsed >= Duration::from_millis(5)
+            || (finished >= enough && elapsed >= Duration::from_micros(100));
+        if measurable {
+            let done = self.finished.swap(0, Ordering::Relaxed) as f64;
+            let now = done / elapsed.as_secs_f64();
+            self.rate = if self.rate == 0.0 {
+                now
+            } else {
+                0.7 * self.rate + 0.3 * now
+            };
+            self.since = Instant::now();
+        }
+        self.rate
+    }
+}
+
+/// Runs until `shutdown` fires; then gives back the events it claimed but never started.
+pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
+    let config = dispatcher.config().clone();
+    let store = dispatcher.store().clone();
+    let clock = dispatcher.clock().clone();
+    let slots = Arc::new(Semaphore::new(config.concurrency));
+    let wake = store.wakeups();
+    let mut jumps = clock.jumps();
     let mut failures = 0u32;
     let mut queue: VecDeque<Event> = VecDeque::new();
     let (finished, finished_rx) = mpsc::unbounded_channel::<Finished>();
-    tokio::spawn(complete(inner.clone(), finished_rx));
+    tokio::spawn(complete(dispatcher.clone(), finished_rx));
+    let mut pacer = Pacer::new();
+    let mut last_full = 0usize;
 
     loop {
-        if *stop.borrow() {
+        if shutdown.is_shutdown() {
             break;
         }
         let slot = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = stop.changed() => break,
+            _ = shutdown.recv() => break,
         };
         if queue.is_empty() {
             // Register for wake-ups before looking, so a write that lands meanwhile is not missed.
             let notified = wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            match inner
-                .store
-                .claim_due(inner.clock.now(), inner.config.claim_batch)
-                .await
-            {
+            let rate = pacer.rate(config.prefetch.max(16) as u64);
+            let mut limit = claim_limit(
+                slots.available_permits() + 1,
+                config.prefetch,
+                rate,
+                config.claim_batch,
+            );
+            // Before the first measurement, a backlog doubles the claim each time the last one
+            // came back full (and drained before the next): a burst ramps up in a few claims.
+            if rate == 0.0 && last_full > 0 {
+                limit = limit
+                    .max(last_full.saturating_mul(2))
+                    .min(config.claim_batch);
+            }
+            match store.claim_due(clock.now(), limit).await {
                 Ok(events) => {
                     failures = 0;
+                    last_full = if events.len() == limit { limit } else { 0 };
                     queue.extend(events);
                 }
                 Err(e) => {
                     drop(slot);
                     failures = failures.saturating_add(1);
                     let pause = Duration::from_millis(10u64 << failures.min(8));
-                    tracing::error!(error = %e, ?pause, "claiming due events failed; retrying");
+                    tracing::error!(error = %e, kind = %e.kind(), ?pause, "claiming due events failed; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => continue,
-                        _ = stop.changed() => break,
+                        _ = shutdown.recv() => break,
                     }
                 }
             }
             if queue.is_empty() {
                 drop(slot);
-                let sleep_for = match inner.store.next_due().await {
-                    Ok(Some(due)) => inner.clock.now().until(due).min(inner.config.poll_interval),
-                    _ => inner.config.poll_interval,
+                let sleep_for = match store.next_due().await {
+                    Ok(Some(due)) => clock.now().until(due).min(config.poll_interval),
+                    _ => config.poll_interval,
                 };
                 tokio::select! {
                     _ = &mut notified => {}
                     _ = tokio::time::sleep(sleep_for) => {}
-                    _ = stop.changed() => break,
+                    _ = shutdown.recv() => break,
                     _ = jumped(&mut jumps) => {}
                 }
                 continue;
             }
         }
         if let Some(event) = queue.pop_front() {
-            spawn_delivery(&inner, event, slot, finished.clone());
+            spawn_delivery(
+                &dispatcher,
+                event,
+                slot,
+                finished.clone(),
+                pacer.finished.clone(),
+            );
         }
     }
     // Claimed but never started: give them back without counting an attempt.
     if !queue.is_empty() {
         let ids = queue.iter().map(|e| e.id).collect();
-        if let Err(e) = inner.store.release(ids, inner.clock.now()).await {
+        if let Err(e) = store.release(ids, clock.now()).await {
             tracing::warn!(error = %e, events = queue.len(), "could not release queued events; the next start recovers them");
         }
     }
 }
 
-/// Renews this process's leases every `every`, from `start` until shutdown has drained the
-/// deliveries in flight.
-pub(crate) async fn heartbeat(inner: Arc<Inner>, every: Duration) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if let Err(e) = inner.store.heartbeat(inner.clock.now()).await {
-            tracing::warn!(error = %e, "could not renew leases; retrying at the next beat");
-        }
-    }
-}
-
 fn spawn_delivery(
-    inner: &Arc<Inner>,
+    dispatcher: &Arc<Dispatcher>,
     event: Event,
     slot: OwnedSemaphorePermit,
     finished: mpsc::UnboundedSender<Finished>,
+    count: Arc<AtomicU64>,
 ) {
-    let guard = inner.inflight.enter();
-    let inner = inner.clone();
+    let guard = dispatcher.inflight().enter();
+    let dispatcher = dispatcher.clone();
     tokio::spawn(async move {
-        let outcome = crate::dispatch::attempt(&inner, event).await;
+        let outcome = dispatcher.attempt(event).await;
+        count.fetch_add(1, Ordering::Relaxed);
         // The slot is free once the handlers are done; the guard stays until the outcome is
         // written, so shutdown waits for the write.
         drop(slot);
@@ -141,5 +216,27 @@ async fn jumped(jumps: &mut Option<watch::Receiver<i64>>) {
             }
         }
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::claim_limit;
+
+    #[test]
+    fn a_claim_takes_the_free_slots_plus_the_prefetch_within_the_batch_limit() {
+        // Slow handlers (16 slots, 1 s each: 16 events/s): the prefetch stays at its minimum.
+        assert_eq!(claim_limit(16, 16, 16.0, 256), 32);
+        assert_eq!(claim_limit(1, 16, 0.0, 256), 17);
+        // Fast ones: as many as the worker finishes within 50 ms, up to the batch limit.
+        assert_eq!(claim_limit(16, 16, 2_000.0, 256), 116);
+        assert_eq!(claim_limit(16, 16, 100_000.0, 256), 256);
+        assert_eq!(claim_limit(200, 100, 0.0, 256), 256);
+        assert_eq!(
+            claim_limit(0, 0, 0.0, 256),
+            1,
+            "at least one event per claim"
+        );
+        assert_eq!(claim_limit(4, 16, f64::NAN, 256), 20, "no rate yet");
     }
 }

@@ -1,148 +1,61 @@
-//! The storage boundary. Everything database-specific sits behind [`Store`]; the bus, the
-//! dispatcher and the dead-letter inspector are written once against it.
+//! The storage boundary: capability traits by noun. Everything database-specific sits behind
+//! them; the dispatcher, the dead-letter inspector, history and statistics are written once
+//! against them and tested once against every store by the contract suite.
+//!
+//! | trait | what it covers |
+//! |---|---|
+//! | [`EventStore`] | the hot path: insert, claim, record outcomes, release, crash recovery |
+//! | [`SubscriptionStore`] | subscription rows (delivery records key on their names) |
+//! | [`QueryStore`] | reading events back: by id, listings, counts, walks for replay; history retention |
+//! | [`DeadLetterStore`] | dead-letter records: list, groups, act (retry, resolve, abandon, purge), auto retry, retention, bulk chunks |
+//! | [`OperationStore`] | durable operations: create, read, claim, advance a chunk, cancel |
+//! | [`JobStore`] | scheduled jobs: once per tick across processes, never stacked |
+//! | [`PayloadStore`] | payload snapshots per stage (gzip), their configuration, soft delete, retention |
+//! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
+//!
+//! [`Store`] is all of them together; `Arc<dyn Store>` is what a bus holds.
+//!
+//! **Do not implement these traits.** They are sealed: the set of stores is closed (SQLite and
+//! PostgreSQL, behind features) and the traits grow with each release. They are public so that
+//! applications and tools can call them on a bus's store.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::clock::Timestamp;
+use crate::clock::{Clock, Timestamp};
+use crate::dead_letter::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::Result;
-use crate::event::{Event, EventId, EventStatus, NewEvent};
+use crate::event::{Event, EventId, NewEvent};
+use crate::operation::{Advance, ChunkReport, NewOperation, Operation, OperationStatus};
+use crate::payload::{NewSnapshot, PayloadConfig, Retention, StoredSnapshot};
+use crate::replay::ReplaySelection;
 
+pub(crate) mod migrations;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub(crate) mod recovery;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod types;
 
-/// A subscription as stored (the handler itself lives in memory).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SubscriptionRow {
-    /// Subscription id.
-    pub id: String,
-    /// Stable name given by the application, if any; delivery records use it so that they
-    /// survive restarts.
-    pub name: Option<String>,
-    /// The glob pattern of event types.
-    pub event_type: String,
-    /// When the subscription was made.
-    pub created_at: Timestamp,
+pub use types::{
+    EventQuery, InsertMode, JobRow, JobStart, Outcome, Position, RetryCount, StatusCount,
+    SubscriptionRow,
+};
+
+pub(crate) mod sealed {
+    /// Implemented by durabus's own stores only.
+    pub trait Sealed {}
 }
 
-/// The result of one delivery attempt, written back in one atomic step.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// Every matching handler has succeeded: the event is `done`.
-    Done {
-        /// The event.
-        id: EventId,
-        /// Subscriptions that have handled it.
-        delivered: Vec<String>,
-    },
-    /// The attempt failed and another is allowed: the event is `pending` again.
-    Retry {
-        /// The event.
-        id: EventId,
-        /// Failed attempts so far.
-        retry_count: u32,
-        /// Errors of all failed attempts.
-        errors: Vec<String>,
-        /// Subscriptions that have handled it.
-        delivered: Vec<String>,
-        /// When the next attempt is due.
-        next_attempt_at: Timestamp,
-    },
-    /// The attempt failed and no retries are left: the event is a dead letter.
-    Dead {
-        /// The event.
-        id: EventId,
-        /// Failed attempts in all.
-        retry_count: u32,
-        /// Errors of all failed attempts.
-        errors: Vec<String>,
-        /// Subscriptions that have handled it.
-        delivered: Vec<String>,
-    },
-}
-
-impl Outcome {
-    /// The event the outcome is for.
-    pub fn id(&self) -> EventId {
-        match self {
-            Outcome::Done { id, .. } | Outcome::Retry { id, .. } | Outcome::Dead { id, .. } => *id,
-        }
-    }
-}
-
-/// Which events to list.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventQuery {
-    /// Only events with this status.
-    pub status: Option<EventStatus>,
-    /// Only events of exactly this type.
-    pub event_type: Option<String>,
-    /// Only events created at or after this time.
-    pub created_from: Option<Timestamp>,
-    /// Only events created before this time.
-    pub created_before: Option<Timestamp>,
-    /// Events to skip. Defaults to 0.
-    pub offset: u64,
-    /// Most events to return. Defaults to 100.
-    pub limit: u64,
-}
-
-impl Default for EventQuery {
-    fn default() -> Self {
-        EventQuery {
-            status: None,
-            event_type: None,
-            created_from: None,
-            created_before: None,
-            offset: 0,
-            limit: 100,
-        }
-    }
-}
-
-/// Events counted by status and type.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct StatusCount {
-    /// Event type.
-    pub event_type: String,
-    /// Status.
-    pub status: EventStatus,
-    /// Number of events.
-    pub count: u64,
-}
-
-/// Events counted by status and retry count.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RetryCount {
-    /// Status.
-    pub status: EventStatus,
-    /// Failed attempts.
-    pub retry_count: u32,
-    /// Number of events.
-    pub count: u64,
-}
-
-/// How an inserted event starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InsertMode {
-    /// `pending` and due now: background workers deliver it.
-    Pending,
-    /// `processing`: the caller delivers it at once (publish's inline dispatch).
-    Claimed,
-}
-
-/// The one boundary between durabus and a database.
+/// The hot path of events: store, claim, record outcomes.
 ///
-/// Implementations must make every write durable before returning `Ok`, apply each call
-/// atomically, and only move events along `pending → processing → done | dlq` (plus the
-/// documented resets). The contract suite in `tests/` holds every implementation to this.
+/// Every write is durable before it returns `Ok` and atomic. Events move only along
+/// `pending → processing → done | dlq` (plus the documented resets).
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
     /// Stores events durably, all or none. An event whose id is already stored is skipped (the
     /// stored one is kept, whatever its status): one flag per event, `true` when it was newly
     /// stored. Two inserts of one id racing store it once.
@@ -151,37 +64,127 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         events: Vec<NewEvent>,
         mode: InsertMode,
         now: Timestamp,
+    ) -> Result<Vec<bool>> {
+        self.insert_with(events, Vec::new(), mode, now).await
+    }
+
+    /// [`insert`](Self::insert), and in the same transaction the payload snapshots of the
+    /// events that were newly stored (a snapshot of an event already stored is dropped).
+    async fn insert_with(
+        &self,
+        events: Vec<NewEvent>,
+        snapshots: Vec<NewSnapshot>,
+        mode: InsertMode,
+        now: Timestamp,
     ) -> Result<Vec<bool>>;
 
     /// Moves up to `limit` due `pending` events (`next_attempt_at <= now`) to `processing` and
-    /// returns them, earliest due first.
+    /// returns them, earliest due first. On PostgreSQL this also takes over events whose lease
+    /// expired, their interrupted attempt counted (see [`recovery`]).
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>>;
 
-    /// The earliest `next_attempt_at` of any pending event.
+    /// The earliest time at which something becomes claimable: a pending event's
+    /// `next_attempt_at` (or, on PostgreSQL, a lease's expiry).
     async fn next_due(&self) -> Result<Option<Timestamp>>;
 
     /// Writes the outcome of a delivery attempt. Returns `false` if the event was not
-    /// `processing` (nothing is changed then).
-    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool>;
-
-    /// Writes many outcomes in one atomic step; one flag per outcome, as [`record`](Self::record)
-    /// returns it. The default runs `record` for each.
-    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
-        let mut flags = Vec::with_capacity(outcomes.len());
-        for o in outcomes {
-            flags.push(self.record(o, now).await?);
-        }
-        Ok(flags)
+    /// `processing` (or, on PostgreSQL, not held by this process): nothing is changed then.
+    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool> {
+        let flags = self.record_many(vec![outcome], now).await?;
+        Ok(flags.first().copied().unwrap_or(false))
     }
+
+    /// Writes many outcomes in one atomic step; one flag per outcome, as
+    /// [`record`](Self::record) returns it.
+    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
+        self.record_many_with(outcomes, Vec::new(), now).await
+    }
+
+    /// [`record_many`](Self::record_many), and in the same transaction payload snapshots of
+    /// the attempts (the `error` stage of failed ones); a snapshot of an outcome that was not
+    /// recorded is dropped.
+    async fn record_many_with(
+        &self,
+        outcomes: Vec<Outcome>,
+        snapshots: Vec<NewSnapshot>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>>;
 
     /// Gives back claimed events that were never delivered (a worker stopping with events
     /// still queued): `processing` → `pending`, due now, retry count untouched. Returns how many.
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64>;
 
-    /// Crash recovery: every `processing` event goes back to `pending`, due now, with
-    /// `retry_count + 1` and a note in its errors. Returns how many.
+    /// Crash recovery: `processing` events left by a process that stopped go back to
+    /// `pending`, due now, with the interrupted attempt counted as [`recovery`] decides.
+    /// Returns how many.
     async fn recover_processing(&self, now: Timestamp) -> Result<u64>;
+}
 
+/// A snapshot's key: event, stage, time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SnapshotKey {
+    /// The event.
+    pub event_id: EventId,
+    /// The stage.
+    pub stage: String,
+    /// When it was taken.
+    pub created_at: Timestamp,
+}
+
+/// The payload store (see [`crate::payload`]): compressed snapshots per stage and their
+/// configuration per event type. Snapshots taken with a publish or an outcome are written by
+/// [`EventStore::insert_with`] and [`EventStore::record_many_with`], in their transaction.
+#[async_trait]
+pub trait PayloadStore: sealed::Sealed + Send + Sync + 'static {
+    /// Stores snapshots (a snapshot with the key of a stored one replaces it).
+    async fn payload_put(&self, snapshots: Vec<NewSnapshot>) -> Result<()>;
+
+    /// Every snapshot of an event, newest first, compressed.
+    async fn payload_list(&self, event_id: EventId) -> Result<Vec<StoredSnapshot>>;
+
+    /// Soft-deletes every snapshot of an event still holding its bytes: the bytes are cleared
+    /// (overwritten on disk, not just hidden) and who, when and why are recorded. Returns how
+    /// many.
+    async fn payload_soft_delete(
+        &self,
+        event_id: EventId,
+        reason: &str,
+        actor: &str,
+        now: Timestamp,
+    ) -> Result<u64>;
+
+    /// Every payload configuration row.
+    async fn payload_config_list(&self) -> Result<Vec<PayloadConfig>>;
+
+    /// Stores a configuration row, replacing the type's row if it has one.
+    async fn payload_config_set(&self, config: PayloadConfig) -> Result<()>;
+
+    /// Deletes a type's configuration row. Returns whether it existed.
+    async fn payload_config_delete(&self, event_type: &str) -> Result<bool>;
+
+    /// Retention, one read step: of the next `scan` snapshots after `after` (in key order), the
+    /// keys of those past `retention` (soft-deleted ones excluded), and where the next step
+    /// starts (`None`: the end). Reads only; the deletes go through
+    /// [`payload_delete`](Self::payload_delete).
+    async fn payload_expired(
+        &self,
+        retention: &Retention,
+        after: Option<SnapshotKey>,
+        scan: usize,
+    ) -> Result<(Vec<SnapshotKey>, Option<SnapshotKey>)>;
+
+    /// Deletes snapshots by key (one transaction). Returns how many.
+    async fn payload_delete(&self, keys: Vec<SnapshotKey>) -> Result<u64>;
+
+    /// Deletes at most `limit` soft-deleted audit rows deleted at or before `cutoff`. Returns
+    /// how many.
+    async fn payload_purge_deleted(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
+}
+
+/// Subscription rows. The handler itself lives in memory; the row makes a named
+/// subscription's delivery records survive restarts.
+#[async_trait]
+pub trait SubscriptionStore: sealed::Sealed + Send + Sync + 'static {
     /// Stores a subscription row, replacing any row with the same id or the same name.
     async fn save_subscription(&self, row: SubscriptionRow) -> Result<()>;
 
@@ -190,8 +193,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
 
     /// All subscription rows, oldest first.
     async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>>;
+}
 
-    /// One event by id.
+/// Reading events back, and removing old history.
+#[async_trait]
+pub trait QueryStore: sealed::Sealed + Send + Sync + 'static {
+    /// One event by id, in any status.
     async fn get_event(&self, id: EventId) -> Result<Option<Event>>;
 
     /// Events matching `query`, newest first: dead letters by `created_at`, other listings in
@@ -204,40 +211,267 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Event counts per status and retry count.
     async fn retry_counts(&self) -> Result<Vec<RetryCount>>;
 
-    /// Dead-letter retry: a `dlq` event goes back to `pending`, due now, with `retry_count` 0 and
-    /// its errors cleared. Returns `false` if no dead event has this id.
-    async fn dlq_retry(&self, id: EventId, now: Timestamp) -> Result<bool>;
-
-    /// Deletes dead events with `created_at <= cutoff`. Returns how many.
-    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64>;
-
     /// Deletes at most `limit` `done` events completed (`updated_at`) at or before `cutoff`, in
     /// one transaction. Returns how many; callers repeat while it returns `limit`, so the write
     /// lock is never held for a whole large purge.
     async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
 
-    /// How often the dispatcher calls [`heartbeat`](Self::heartbeat) while it runs; `None`
-    /// (the default) for stores without leases.
-    fn heartbeat_interval(&self) -> Option<std::time::Duration> {
-        None
-    }
+    /// The upper bound of a walk over events frozen now: the highest position there is, up
+    /// to `now` (see [`Position`]). Events stored later are never in the walk.
+    async fn walk_bound(&self, now: Timestamp) -> Result<Position>;
 
-    /// Renews the leases of the events this process holds, so other workers do not take over
-    /// an event whose handler is still running. The default does nothing.
-    async fn heartbeat(&self, now: Timestamp) -> Result<()> {
-        let _ = now;
-        Ok(())
-    }
+    /// The events `selection` covers with a position up to `bound`, counted per type.
+    async fn walk_count(
+        &self,
+        selection: &ReplaySelection,
+        bound: &Position,
+    ) -> Result<Vec<(String, u64)>>;
 
-    /// The store as [`Any`](std::any::Any), so callers can reach backend-specific features
-    /// (such as [`SqliteStore::outbox`](sqlite::SqliteStore::outbox)) behind an `Arc<dyn Store>`.
-    fn as_any(&self) -> &dyn std::any::Any;
+    /// Up to `limit` events `selection` covers after `after` and up to `bound`, each with its
+    /// position, in the store's walk order (see [`Position`]; on PostgreSQL the live table
+    /// and the event log together).
+    async fn walk(
+        &self,
+        selection: &ReplaySelection,
+        bound: &Position,
+        after: &Position,
+        limit: usize,
+    ) -> Result<Vec<(Position, Event)>>;
+}
+
+/// Dead letters: events whose delivery failed every allowed attempt, each with a record that
+/// carries its lifecycle (see [`crate::dead_letter`]). Records are written by the outcome that
+/// dead-letters an event (in [`EventStore::record_many`]); these methods read them and act on
+/// them, each action in one transaction under the rules of [`crate::dead_letter::apply`].
+#[async_trait]
+pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
+    /// Records matching `filter`, newest first (by position), one keyset page.
+    async fn dlq_list(&self, filter: DeadLetterFilter, page: Keyset) -> Result<Vec<DeadLetter>>;
+
+    /// One record by its event's id.
+    async fn dlq_get(&self, event_id: EventId) -> Result<Option<DeadLetter>>;
+
+    /// How many records match `filter` with a position at most `bound` (any, if `None`).
+    async fn dlq_count(&self, filter: DeadLetterFilter, bound: Option<i64>) -> Result<u64>;
+
+    /// The highest position of any record (0 when there are none): the upper bound of a
+    /// selection frozen now.
+    async fn dlq_max_seq(&self) -> Result<i64>;
+
+    /// Failure groups, most open records first, then most records.
+    async fn dlq_groups(&self, limit: u32) -> Result<Vec<DeadLetterGroup>>;
+
+    /// Applies `action` by `actor` to the record of `event_id`: the record after it (`None`
+    /// when purged). A retry sends the event back for delivery in the same transaction.
+    /// Fails with [`crate::Error::NotFound`] or [`crate::Error::Conflict`].
+    async fn dlq_act(
+        &self,
+        event_id: EventId,
+        action: Action,
+        actor: Actor,
+        now: Timestamp,
+    ) -> Result<Option<DeadLetter>>;
+
+    /// The auto-retry job: retries, as [`Actor::auto_retry`], at most `limit` pending records
+    /// whose next auto retry is due at `now`, in one transaction. Returns how many.
+    async fn dlq_auto_retry(&self, now: Timestamp, limit: usize) -> Result<u64>;
+
+    /// Retention: deletes at most `limit` resolved or abandoned records last changed at or
+    /// before `cutoff`, with their events if those are still dead. Returns how many.
+    async fn dlq_cleanup(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
+
+    /// Deletes dead events (status `dlq`) created at or before `cutoff`, with their records.
+    /// Returns how many events.
+    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64>;
+
+    /// One chunk of the bulk dead-letter operation `id` run by `holder`: the next `limit`
+    /// records of its frozen selection get its action, and its progress is written, in one
+    /// transaction; its lease is renewed until `now + lease`. Fails with
+    /// [`crate::Error::Conflict`] if `holder` does not hold it (or it is not running).
+    async fn dlq_bulk_chunk(
+        &self,
+        id: &str,
+        holder: &str,
+        limit: usize,
+        lease: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<ChunkReport>;
+}
+
+/// Durable operations (see [`crate::operation`]): creating, reading, claiming and cancelling
+/// them. Their chunks are run by the capability they act on
+/// ([`DeadLetterStore::dlq_bulk_chunk`], …).
+#[async_trait]
+pub trait OperationStore: sealed::Sealed + Send + Sync + 'static {
+    /// Stores a new operation, `pending`.
+    async fn operation_create(&self, op: NewOperation, now: Timestamp) -> Result<Operation>;
+
+    /// One operation.
+    async fn operation_get(&self, id: &str) -> Result<Option<Operation>>;
+
+    /// Operations, newest first; only `status` and only `kind` (exact) if given.
+    async fn operation_list(
+        &self,
+        status: Option<OperationStatus>,
+        kind: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Operation>>;
+
+    /// Takes operation `id` for `holder` until `now + lease`: a pending one starts running; a
+    /// running one whose holder's lease ran out is taken over. Returns it, or `None` if it
+    /// cannot be taken (finished, or held by a live holder).
+    async fn operation_claim(
+        &self,
+        id: &str,
+        holder: &str,
+        lease: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<Option<Operation>>;
+
+    /// Operations that can be taken now (pending, or running with an expired lease), oldest
+    /// first.
+    async fn operation_claimable(&self, now: Timestamp, limit: u32) -> Result<Vec<Operation>>;
+
+    /// Asks operation `id` to stop: a pending one is cancelled at once, a running one at its
+    /// next chunk. Fails with [`crate::Error::NotFound`], or [`crate::Error::Conflict`] if it
+    /// has finished.
+    async fn operation_cancel(&self, id: &str, now: Timestamp) -> Result<Operation>;
+
+    /// Lets go of operation `id` held by `holder` (a runner pausing at shutdown): its lease
+    /// ends now, so the next runner takes it over at once.
+    async fn operation_release(&self, id: &str, holder: &str, now: Timestamp) -> Result<()>;
+
+    /// Writes one chunk of operation `id`, held by `holder`, in one transaction: publishes
+    /// `advance.events`, moves the cursor, adds the counts, replaces the summary (if given),
+    /// extends the lease to `now + lease` and, with `advance.finish`, ends the operation.
+    /// Returns the operation after it. Fails with [`crate::Error::Conflict`] (nothing written)
+    /// when `holder` does not hold it running (taken over, or ended).
+    async fn operation_advance(
+        &self,
+        id: &str,
+        holder: &str,
+        advance: Advance,
+        lease: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<Operation>;
+
+    /// Marks operation `id` failed with `error` (its holder gave up on it).
+    async fn operation_fail(
+        &self,
+        id: &str,
+        holder: &str,
+        error: &str,
+        now: Timestamp,
+    ) -> Result<()>;
+}
+
+/// Scheduled jobs' bookkeeping: each tick of a job runs once across every process on the
+/// database, and never while the previous run is still going.
+#[async_trait]
+pub trait JobStore: sealed::Sealed + Send + Sync + 'static {
+    /// Tries to start job `name` for `holder`, for the tick at `tick` (`None`: a run asked
+    /// for by hand, outside the schedule). It starts if no live holder runs it and, for a
+    /// tick, if that tick has not run yet; the run's lock lasts until `now + ttl`.
+    async fn job_begin(
+        &self,
+        name: &str,
+        tick: Option<Timestamp>,
+        holder: &str,
+        ttl: std::time::Duration,
+        now: Timestamp,
+    ) -> Result<JobStart>;
+
+    /// Ends `holder`'s run of job `name` with `status` (`ok` or `failed`) and a message.
+    async fn job_end(
+        &self,
+        name: &str,
+        holder: &str,
+        status: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Result<()>;
+
+    /// Every job that has ever run, by name.
+    async fn job_list(&self) -> Result<Vec<JobRow>>;
+}
+
+/// Which store is behind an `Arc<dyn Store>`, for the few features that exist on one only
+/// (the outboxes write through a backend's own connection type).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Backend<'a> {
+    /// The SQLite store.
+    #[cfg(feature = "sqlite")]
+    Sqlite(&'a sqlite::SqliteStore),
+    /// The PostgreSQL store.
+    #[cfg(feature = "postgres")]
+    Postgres(&'a postgres::PgStore),
+    #[doc(hidden)]
+    #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+    _Unused(std::marker::PhantomData<&'a ()>),
+}
+
+impl Backend<'_> {
+    /// Rows per chunk of a bulk operation that suit this store: SQLite has one writer, and
+    /// small chunks keep it free for publishers between them; PostgreSQL locks rows, not the
+    /// database, and larger chunks save round trips.
+    pub fn bulk_chunk(&self) -> usize {
+        match self {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite(_) => 50,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => 500,
+            #[allow(unreachable_patterns)]
+            _ => 50,
+        }
+    }
+}
+
+/// The store's own life: wake-ups, its background work, closing.
+#[async_trait]
+pub trait StoreLifecycle: sealed::Sealed + Send + Sync + 'static {
+    /// Which store this is.
+    fn backend(&self) -> Backend<'_>;
 
     /// Notified whenever a write may have made an event due (an insert, a retry scheduled, a
-    /// dead letter retried), so the dispatcher wakes without polling.
+    /// dead letter sent back, another process's commit), so the dispatcher wakes without
+    /// polling.
     fn wakeups(&self) -> Arc<Notify>;
+
+    /// Starts the store's own background work on `clock` (PostgreSQL: renewing the leases of
+    /// the events this process holds, every third of the lease), until [`close`](Self::close).
+    /// Calling it again does nothing. The default has none.
+    fn start_background(&self, clock: Arc<dyn Clock>) {
+        let _ = clock;
+    }
 
     /// Flushes and closes the database. Later calls fail with [`crate::Error::StoreClosed`];
     /// closing twice is harmless.
     async fn close(&self) -> Result<()>;
+}
+
+/// Every capability of a store together: what a bus holds as `Arc<dyn Store>`. Implemented
+/// for every type that implements all the capability traits (only durabus's own stores can).
+pub trait Store:
+    EventStore
+    + SubscriptionStore
+    + QueryStore
+    + DeadLetterStore
+    + OperationStore
+    + JobStore
+    + PayloadStore
+    + StoreLifecycle
+{
+}
+
+impl<T> Store for T where
+    T: EventStore
+        + SubscriptionStore
+        + QueryStore
+        + DeadLetterStore
+        + OperationStore
+        + JobStore
+        + PayloadStore
+        + StoreLifecycle
+{
 }

@@ -469,3 +469,75 @@ pub async fn recover_without_start_sends_a_crashed_loops_events_back(h: &Harness
     assert_eq!(get(&bus, id).await.status, EventStatus::Done);
     bus.shutdown().await.unwrap();
 }
+
+pub async fn finalize_failures_are_counted_like_handler_failures(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .retry_policy(durabus::RetryPolicy {
+            max_retries: 1,
+            ..durabus::RetryPolicy::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    bus.recover().await.unwrap();
+    let ok = bus.enqueue("own.ok", &1).await.unwrap();
+    let bad = bus.enqueue("own.bad", &2).await.unwrap();
+    assert_eq!(bus.poll().await.unwrap().unwrap().id, ok);
+    bus.finalize(ok, true).await.unwrap();
+    assert_eq!(bus.poll().await.unwrap().unwrap().id, bad);
+    bus.finalize(bad, false).await.unwrap();
+    h.advance(Duration::from_secs(60));
+    assert_eq!(bus.poll().await.unwrap().unwrap().id, bad);
+    bus.finalize(bad, false).await.unwrap();
+    let e = get(&bus, bad).await;
+    assert_eq!(e.status, EventStatus::Dlq);
+    assert_eq!(
+        e.errors,
+        vec![
+            "attempt 1: finalized as failed".to_owned(),
+            "attempt 2: finalized as failed".to_owned()
+        ]
+    );
+    let m = bus.metrics();
+    assert_eq!(m.delivery_attempts_total, 3);
+    assert_eq!(m.failed_attempts_total, 2);
+    assert_eq!(m.retries_total, 1);
+    assert_eq!(m.events_succeeded_total, 1);
+    assert_eq!(m.events_dead_lettered_total, 1);
+    assert_eq!(m.by_type["own.bad"].dlq_rate, 1.0);
+    assert_eq!(m.attempts_histogram.get(&2), Some(&1));
+    // A finalize that is refused (not held) counts nothing.
+    assert!(bus.finalize(ok, false).await.is_err());
+    assert_eq!(bus.metrics().delivery_attempts_total, 3);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn dead_letters_from_interrupted_attempts_are_counted(h: &Harness) {
+    let store = h.backend.open().await;
+    let e = NewEvent::new("fatal.y", &1).unwrap();
+    let id = e.id;
+    store
+        .insert(vec![e], InsertMode::Claimed, h.clock.now())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    for _ in 0..4 {
+        h.advance(PAST_ANY_LEASE);
+        let store = h.backend.open().await;
+        assert_eq!(store.recover_processing(h.clock.now()).await.unwrap(), 1);
+        assert_eq!(store.claim_due(h.clock.now(), 10).await.unwrap().len(), 1);
+        store.close().await.unwrap();
+    }
+    h.advance(PAST_ANY_LEASE);
+    let bus = h.bus().await;
+    let _calls = count_calls(&bus, "fatal.*").await;
+    bus.start().await.unwrap();
+    wait_status(&bus, id, EventStatus::Dlq).await;
+    let m = bus.metrics();
+    assert_eq!(m.events_dead_lettered_total, 1);
+    assert_eq!(m.failed_attempts_total, 1);
+    assert_eq!(m.by_type["fatal.y"].events_dead_lettered_total, 1);
+    bus.shutdown().await.unwrap();
+}

@@ -2,9 +2,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod breaker;
+pub mod dead_letters;
 pub mod dlq;
 pub mod history;
 pub mod lifecycle;
+pub mod operations;
+pub mod payloads;
 pub mod publish;
+pub mod replay;
 pub mod retry;
 pub mod store;

@@ -377,3 +377,43 @@ pub async fn a_batch_is_stored_all_or_nothing_and_delivered(h: &Harness) {
         Err(Error::Shutdown)
     ));
 }
+
+pub async fn system_types_are_reserved_for_the_bus(h: &Harness) {
+    let bus = h.bus().await;
+    // Subscribing to the bus's own events is allowed.
+    bus.subscribe(
+        "system.*",
+        |_e: Event| async { Ok(()) },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    let refused = |r: durabus::Result<durabus::EventId>| match r {
+        Err(e @ Error::InvalidEventType(..)) => {
+            assert_eq!(e.kind(), durabus::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("reserved"), "{e}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    refused(bus.publish("system.dead_letter", &1).await);
+    refused(bus.enqueue("system.replay.started", &1).await);
+    assert!(matches!(
+        NewEvent::new("system.x", &1),
+        Err(Error::InvalidEventType(..))
+    ));
+    let mut sneaky = NewEvent::new("a.b", &1).unwrap();
+    sneaky.event_type = "system.dead_letter".into();
+    refused(bus.publish_event(sneaky.clone()).await);
+    refused(bus.enqueue_event(sneaky.clone()).await);
+    assert!(matches!(
+        bus.enqueue_batch(vec![NewEvent::new("a.ok", &1).unwrap(), sneaky])
+            .await,
+        Err(Error::InvalidEventType(..))
+    ));
+    // Types that merely contain the word are fine.
+    bus.publish("my.system.event", &1).await.unwrap();
+    let stored = bus.history().list(EventQuery::default()).await.unwrap();
+    assert_eq!(stored.len(), 1, "nothing reserved was stored: {stored:?}");
+    bus.shutdown().await.unwrap();
+}

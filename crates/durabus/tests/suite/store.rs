@@ -332,6 +332,7 @@ pub async fn stats_count_by_status_type_and_retries(h: &Harness) {
                 retry_count: 2,
                 errors: vec!["e".into(), "e".into()],
                 delivered: vec![],
+                death: quiet_death(ids[2], "s.a"),
             },
             now,
         )
@@ -398,4 +399,21 @@ pub async fn release_returns_claimed_events_without_an_attempt(h: &Harness) {
         EventStatus::Processing
     );
     store.close().await.unwrap();
+}
+
+/// What a dead outcome written straight to the store carries: a record, but no
+/// `system.dead_letter` announcement (so event counts stay the test's own).
+pub fn quiet_death(id: durabus::EventId, event_type: &str) -> Box<durabus::dead_letter::Death> {
+    let mut d = durabus::dead_letter::Death::new(
+        id,
+        event_type,
+        Some("test"),
+        "e",
+        vec![],
+        vec!["e".into()],
+        2,
+        durabus::DeadLetterPolicy::default(),
+    );
+    d.announcement = None;
+    Box::new(d)
 }

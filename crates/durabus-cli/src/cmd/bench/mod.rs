@@ -51,8 +51,8 @@ pub struct Args {
     /// Completed events in the database of the large-history comparison.
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
-    /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, recovery,
-    /// rss, history); the others are reported as 0. For profiling one path at a time.
+    /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
+    /// recovery, rss, history); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -66,6 +66,10 @@ pub struct Report {
     /// `publish_seq_eps`, measured in the same run.
     pub raw_sqlite_commit_eps: f64,
     pub publish_concurrent_eps: f64,
+    /// The same with automatic payload snapshots at `published`.
+    pub publish_snapshot_eps: f64,
+    /// Compressed bytes stored per event by those snapshots.
+    pub snapshot_bytes_per_event: f64,
     pub publish_batch_eps: f64,
     pub e2e_eps: f64,
     /// Events delivered per writer transaction in the end-to-end run (inserts, claims and
@@ -75,6 +79,19 @@ pub struct Report {
     pub latency_p99_us: f64,
     pub dlq_list_10k_ms: f64,
     pub dlq_list_1m_ms: Option<f64>,
+    /// Dead-letter records in the big queue (1M; `--quick`: 10k).
+    pub dlq_records: u64,
+    /// First page of records filtered by type and status.
+    pub dlq_records_page_ms: f64,
+    /// The failure groups.
+    pub dlq_groups_ms: f64,
+    /// Dead letters in the bulk retry (100k; `--quick`: 10k).
+    pub bulk_records: u64,
+    /// Dead letters retried per second by a bulk operation while 64 callers publish.
+    pub bulk_retry_eps: f64,
+    /// Those publishers' p99 latency during the bulk run, and just before it (ms).
+    pub bulk_publish_p99_ms: f64,
+    pub bulk_baseline_p99_ms: f64,
     pub recovery_100_ms: f64,
     pub recovery_100k_ms: f64,
     pub rss_start_mb: f64,
@@ -160,6 +177,14 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
             })
             .await?,
         );
+        b.say("publish, concurrent callers, with payload snapshots");
+        let with: Vec<(f64, f64)> = b
+            .repeat(runs, || {
+                publish::concurrent_with_snapshots(&b, scale(200_000, 20_000), args.concurrency)
+            })
+            .await?;
+        r.publish_snapshot_eps = median(with.iter().map(|w| w.0).collect());
+        r.snapshot_bytes_per_event = median(with.iter().map(|w| w.1).collect());
         b.say("publish, batches of 1,000");
         r.publish_batch_eps = median(
             b.repeat(runs, || publish::batch(&b, scale(500_000, 50_000)))
@@ -188,14 +213,29 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         b.cleanup();
     }
     if want("dlq") {
-        b.say("dead-letter listing, 10k dead events");
-        r.dlq_list_10k_ms = dlq::first_page(&b, 10_000, runs.max(5)).await?;
+        b.say("dead-letter listings, 10k dead letters");
+        r.dlq_list_10k_ms = dlq::listings(&b, 10_000, runs.max(5))
+            .await?
+            .events_first_page;
         b.cleanup();
+        r.dlq_records = scale(1_000_000, 10_000);
+        b.say("dead-letter listings and groups, many dead letters");
+        let big = dlq::listings(&b, r.dlq_records, runs.max(5)).await?;
         if !q {
-            b.say("dead-letter listing, 1M dead events");
-            r.dlq_list_1m_ms = Some(dlq::first_page(&b, 1_000_000, runs.max(5)).await?);
-            b.cleanup();
+            r.dlq_list_1m_ms = Some(big.events_first_page);
         }
+        r.dlq_records_page_ms = big.records_first_page;
+        r.dlq_groups_ms = big.groups;
+        b.cleanup();
+    }
+    if want("bulk") {
+        r.bulk_records = scale(100_000, 10_000);
+        b.say("bulk retry of dead letters while 64 callers publish");
+        let bulk = dlq::bulk_retry_sqlite(&b, r.bulk_records, args.concurrency).await?;
+        r.bulk_retry_eps = bulk.retry_eps;
+        r.bulk_publish_p99_ms = bulk.publish_p99_ms;
+        r.bulk_baseline_p99_ms = bulk.baseline_p99_ms;
+        b.cleanup();
     }
     if want("recovery") {
         b.say("startup recovery, 100 stuck events");
@@ -252,6 +292,16 @@ fn print_table(r: &Report) {
             "≥ 100,000 (full: ≥ 40,000)",
         ),
         (
+            "publish, concurrent + snapshots (ev/s)",
+            format!(
+                "{:.0} ({:+.1} %, {:.0} B/event)",
+                r.publish_snapshot_eps,
+                (r.publish_snapshot_eps / r.publish_concurrent_eps.max(1.0) - 1.0) * 100.0,
+                r.snapshot_bytes_per_event
+            ),
+            "≥ −15 %",
+        ),
+        (
             "publish, batch (ev/s)",
             format!("{:.0}", r.publish_batch_eps),
             "≥ 150,000",
@@ -273,6 +323,29 @@ fn print_table(r: &Report) {
             r.dlq_list_1m_ms
                 .map_or("skipped".into(), |v| format!("{v:.3}")),
             "< 10",
+        ),
+        (
+            "DLQ records, type+status page (ms)",
+            format!("{:.3}", r.dlq_records_page_ms),
+            "< 10 (1M)",
+        ),
+        (
+            "DLQ groups (ms)",
+            format!("{:.3}", r.dlq_groups_ms),
+            "< 200 (1M)",
+        ),
+        (
+            "bulk retry (dead letters/s)",
+            format!("{:.0}", r.bulk_retry_eps),
+            "≥ 20,000",
+        ),
+        (
+            "publish p99 during bulk (ms)",
+            format!(
+                "{:.2} (before: {:.2})",
+                r.bulk_publish_p99_ms, r.bulk_baseline_p99_ms
+            ),
+            "< 5",
         ),
         (
             "recovery, 100 (ms)",

@@ -37,6 +37,19 @@ pub struct PgReport {
     /// Publish in this process → handler start in a worker process, one event at a time.
     pub notify_latency_p50_us: f64,
     pub notify_latency_p99_us: f64,
+    /// Dead-letter records loaded for the listing figures (1M; `--quick`: 10k).
+    pub dlq_records: u64,
+    /// First page of records filtered by type and status.
+    pub dlq_records_page_ms: f64,
+    /// The failure groups.
+    pub dlq_groups_ms: f64,
+    /// Dead letters in the bulk retry (20k; `--quick`: 2k), made through the library.
+    pub bulk_records: u64,
+    /// Dead letters retried per second by a bulk operation while the callers publish.
+    pub bulk_retry_eps: f64,
+    /// The publishers' p99 during the bulk run, and before it (ms).
+    pub bulk_publish_p99_ms: f64,
+    pub bulk_baseline_p99_ms: f64,
     pub runs: usize,
     pub seconds: f64,
 }
@@ -138,8 +151,101 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
     latencies.sort_by(|a, b| a.total_cmp(b));
     r.notify_latency_p50_us = percentile(&latencies, 0.50);
     r.notify_latency_p99_us = percentile(&latencies, 0.99);
+
+    say(&plan, "dead-letter listings and groups");
+    r.dlq_records = scale(1_000_000, 10_000);
+    let target = fresh(db);
+    let listed = listings(&target, r.dlq_records, plan.runs.max(5)).await;
+    drop_schema(&target).await?;
+    (r.dlq_records_page_ms, r.dlq_groups_ms) = listed?;
+    say(&plan, "bulk retry of dead letters while callers publish");
+    r.bulk_records = scale(20_000, 2_000);
+    let target = fresh(db);
+    let bus = target.builder().build().await?;
+    let bulk = super::dlq::bulk_retry(&bus, r.bulk_records, plan.concurrency).await;
+    bus.shutdown().await?;
+    drop_schema(&target).await?;
+    let bulk = bulk?;
+    r.bulk_retry_eps = bulk.retry_eps;
+    r.bulk_publish_p99_ms = bulk.publish_p99_ms;
+    r.bulk_baseline_p99_ms = bulk.baseline_p99_ms;
     r.seconds = started.elapsed().as_secs_f64();
     Ok(r)
+}
+
+/// Loads `n` dead letters (events, records and their 100 groups) with set-based SQL (the
+/// library's write path would take minutes for a million), then times the first page of a
+/// type-and-status listing and the groups through the library (ms, medians of `runs`).
+async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64)> {
+    let bus = db.builder().build().await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.target)
+        .await?;
+    let s = format!("\"{}\"", db.schema);
+    let now = durabus::Timestamp::now().as_millis();
+    let fingerprints: Vec<String> = (0..100)
+        .map(|k| {
+            durabus::dead_letter::fingerprint::fingerprint(&format!("sub-{k}"), "benchmark failure")
+        })
+        .collect();
+    sqlx::query(AssertSqlSafe(format!(
+        "WITH ev AS (
+             INSERT INTO {s}.events (id, type, payload, status, retry_count, last_error, created_at,
+                 updated_at, dlq_at, dlq_count)
+             SELECT gen_random_uuid(), 'bench.t' || (i % 10), to_json(i), 'dlq', 4,
+                 '[\"benchmark failure\"]', $1 + i, $1 + i, $1 + i, 1
+             FROM generate_series(1, $2::bigint) AS i
+             RETURNING id, type, payload, created_at),
+         ids AS (INSERT INTO {s}.event_ids (id) SELECT id FROM ev)
+         INSERT INTO {s}.dead_letters (event_id, event_type, payload, subscription, last_error,
+             error_history, fingerprint, attempts, status, created_at, updated_at)
+         SELECT id, type, payload, 'sub-' || ((payload::text)::bigint % 100), 'benchmark failure',
+             '[]', ($3::text[])[((payload::text)::bigint % 100) + 1], 4, 'pending', created_at, created_at
+         FROM ev ORDER BY created_at"
+    )))
+    .bind(now)
+    .bind(i64::try_from(n).unwrap_or(i64::MAX))
+    .bind(&fingerprints)
+    .execute(&pool)
+    .await?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "INSERT INTO {s}.dead_letter_groups (fingerprint, subscription, signature, sample_error,
+             count, open, first_seen, last_seen, event_types)
+         SELECT fingerprint, min(subscription), 'benchmark failure', 'benchmark failure', count(*),
+             count(*), min(created_at), max(created_at), '[]'
+         FROM {s}.dead_letters GROUP BY fingerprint;
+         ANALYZE {s}.dead_letters"
+    )))
+    .execute(&pool)
+    .await?;
+    pool.close().await;
+    let records = bus.dead_letters();
+    let filter = durabus::DeadLetterFilter {
+        event_type: Some("bench.t3".into()),
+        status: vec![durabus::DeadLetterStatus::Pending],
+        ..durabus::DeadLetterFilter::default()
+    };
+    let mut page = Vec::new();
+    let mut groups = Vec::new();
+    for run in 0..=runs {
+        let start = Instant::now();
+        let got = records
+            .list(filter.clone(), durabus::Keyset::default())
+            .await?;
+        let t1 = start.elapsed().as_secs_f64() * 1e3;
+        anyhow::ensure!(got.items.len() as u64 == (n / 10).min(50), "short page");
+        let start = Instant::now();
+        let g = records.groups(50).await?;
+        let t2 = start.elapsed().as_secs_f64() * 1e3;
+        anyhow::ensure!(g.len() == 50, "groups: {}", g.len());
+        if run > 0 {
+            page.push(t1);
+            groups.push(t2);
+        }
+    }
+    bus.shutdown().await?;
+    Ok((median(page), median(groups)))
 }
 
 /// Runs a publish measurement `runs` times (after a warm-up), each on a fresh schema.

@@ -21,6 +21,34 @@ pub async fn concurrent(b: &Bench, n: u64, callers: usize) -> anyhow::Result<f64
     Ok(eps)
 }
 
+/// [`concurrent`] with automatic payload snapshots at `published` (the default
+/// configuration: every stage): events/s and the compressed bytes stored per event.
+pub async fn concurrent_with_snapshots(
+    b: &Bench,
+    n: u64,
+    callers: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let bus = Arc::new(b.builder().payload_snapshots(true).build().await?);
+    let (total, eps) = enqueue_concurrently(&bus, n, callers).await?;
+    // The compressed size of a sample of the snapshots written.
+    let sample = bus
+        .history()
+        .list(durabus::EventQuery {
+            limit: 100,
+            ..durabus::EventQuery::default()
+        })
+        .await?;
+    let mut bytes = 0u64;
+    for e in &sample {
+        for s in bus.store().payload_list(e.id).await? {
+            bytes += s.meta.size_compressed;
+        }
+    }
+    bus.shutdown().await?;
+    anyhow::ensure!(total > 0 && !sample.is_empty(), "nothing was published");
+    Ok((eps, bytes as f64 / sample.len() as f64))
+}
+
 /// Batches of 1,000 events, one transaction each.
 pub async fn batch(b: &Bench, n: u64) -> anyhow::Result<f64> {
     let bus = b.builder().build().await?;

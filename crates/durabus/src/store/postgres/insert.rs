@@ -15,6 +15,7 @@ use super::q;
 use super::sql::PgSql;
 use crate::error::{Error, Result};
 use crate::event::{EventId, NewEvent};
+use crate::payload::NewSnapshot;
 
 /// Requests with more events than this are written on their own (they are a batch already).
 pub(super) const GROUP_MAX_EVENTS: usize = 100;
@@ -26,6 +27,7 @@ const IN_FLIGHT: usize = 4;
 /// One caller's insert.
 pub(super) struct Request {
     pub events: Vec<NewEvent>,
+    pub snapshots: Vec<NewSnapshot>,
     pub now: i64,
     pub claimed: bool,
     pub reply: oneshot::Sender<Result<Vec<bool>>>,
@@ -47,6 +49,7 @@ pub(super) struct Inserter {
 pub(super) struct Rows<'a> {
     pub events: Vec<&'a NewEvent>,
     pub created: Vec<i64>,
+    pub snapshots: Vec<&'a NewSnapshot>,
 }
 
 /// Runs the insert statement for `rows` on `conn` (the application's transaction, for the
@@ -68,27 +71,96 @@ pub(super) async fn insert_rows(
             if e.metadata.is_empty() {
                 Ok(None)
             } else {
-                serde_json::to_string(&e.metadata).map(Some)
+                serde_json::to_string(&e.metadata)
+                    .map(Some)
+                    .map_err(|err| Error::unserialisable("metadata", &err))
             }
         })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let stored = q(&sql.insert)
-        .bind(&ids)
-        .bind(&types)
-        .bind(&payloads)
-        .bind(&metadata)
-        .bind(&rows.created)
-        .bind(lease.is_some())
-        .bind(lease.map(|l| l.0))
-        .bind(lease.map(|l| l.1))
-        .bind(lease.map(|l| l.2))
-        .bind(channel)
+        .collect::<Result<Vec<_>>>()?;
+    let snaps = SnapshotColumns::of(&rows.snapshots);
+    let stored = snaps
+        .bind(
+            q(&sql.insert)
+                .bind(&ids)
+                .bind(&types)
+                .bind(&payloads)
+                .bind(&metadata)
+                .bind(&rows.created)
+                .bind(lease.is_some())
+                .bind(lease.map(|l| l.0))
+                .bind(lease.map(|l| l.1))
+                .bind(lease.map(|l| l.2))
+                .bind(channel),
+        )
         .fetch_all(conn)
         .await?;
     stored
         .iter()
         .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
         .collect()
+}
+
+/// Payload snapshots as the arrays of one statement, one snapshot per key (the first).
+pub(super) struct SnapshotColumns {
+    event_id: Vec<Uuid>,
+    stage: Vec<String>,
+    created_at: Vec<i64>,
+    event_type: Vec<String>,
+    blob: Vec<Vec<u8>>,
+    size_original: Vec<i64>,
+    size_compressed: Vec<i64>,
+    media: Vec<bool>,
+    base64: Vec<bool>,
+}
+
+impl SnapshotColumns {
+    pub fn of(snapshots: &[&NewSnapshot]) -> SnapshotColumns {
+        let mut c = SnapshotColumns {
+            event_id: Vec::new(),
+            stage: Vec::new(),
+            created_at: Vec::new(),
+            event_type: Vec::new(),
+            blob: Vec::new(),
+            size_original: Vec::new(),
+            size_compressed: Vec::new(),
+            media: Vec::new(),
+            base64: Vec::new(),
+        };
+        let mut seen = HashSet::new();
+        for s in snapshots {
+            if !seen.insert((s.event_id, s.stage.as_str(), s.created_at)) {
+                continue;
+            }
+            c.event_id.push(s.event_id.0);
+            c.stage.push(s.stage.clone());
+            c.created_at.push(s.created_at.as_millis());
+            c.event_type.push(s.event_type.clone());
+            c.size_compressed
+                .push(i64::try_from(s.blob.len()).unwrap_or(i64::MAX));
+            c.blob.push(s.blob.clone());
+            c.size_original
+                .push(i64::try_from(s.size_original).unwrap_or(i64::MAX));
+            c.media.push(s.flags.contains_media);
+            c.base64.push(s.flags.contains_base64);
+        }
+        c
+    }
+
+    /// Binds the nine arrays, in the order the statements take them.
+    pub fn bind<'q>(
+        self,
+        q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        q.bind(self.event_id)
+            .bind(self.stage)
+            .bind(self.created_at)
+            .bind(self.event_type)
+            .bind(self.blob)
+            .bind(self.size_original)
+            .bind(self.size_compressed)
+            .bind(self.media)
+            .bind(self.base64)
+    }
 }
 
 impl Inserter {
@@ -117,12 +189,14 @@ impl Inserter {
         let mut rows = Rows {
             events: Vec::new(),
             created: Vec::new(),
+            snapshots: Vec::new(),
         };
         for r in requests {
             for e in &r.events {
                 rows.events.push(e);
                 rows.created.push(r.now);
             }
+            rows.snapshots.extend(r.snapshots.iter());
         }
         let token = Uuid::now_v7();
         let lease = claimed.then_some((self.worker.as_str(), token, self.lease_ms));
@@ -130,10 +204,7 @@ impl Inserter {
         let mut conn = self.pool.acquire().await?;
         let stored = insert_rows(&mut conn, &self.sql, &rows, lease, channel).await?;
         if claimed {
-            let mut held = self
-                .held
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut held = crate::sync::lock(&self.held);
             for id in &stored {
                 held.insert(EventId(*id), token);
             }

@@ -9,14 +9,24 @@
 //! Publishing sends `NOTIFY`, so idle workers in other processes wake at once; if the listening
 //! connection drops, workers poll until it is back.
 
+mod dead_letters;
+mod events;
+mod heartbeat;
 mod insert;
+mod jobs;
 mod listen;
+mod operations;
 mod options;
 mod outbox;
+mod payloads;
+mod queries;
 mod record;
 mod rows;
 mod schema;
 mod sql;
+mod sql_ops;
+mod subscriptions;
+mod walk;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,12 +46,11 @@ pub use schema::SCHEMA_VERSION;
 
 use self::options::worker_identity;
 use self::sql::PgSql;
-use crate::clock::Timestamp;
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventId, NewEvent};
-use crate::store::{
-    EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow,
-};
+use crate::event::EventId;
+use crate::store::{Backend, StoreLifecycle, sealed};
+use crate::sync::lock;
 
 /// A [`Store`] on a PostgreSQL database.
 #[derive(Debug)]
@@ -61,6 +70,8 @@ pub struct PgStore {
     wake: Arc<Notify>,
     closed: AtomicBool,
     listener: Mutex<Option<JoinHandle<()>>>,
+    /// The lease heartbeat, started by [`StoreLifecycle::start_background`].
+    heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
@@ -68,12 +79,13 @@ pub(super) fn q(sql: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgr
     sqlx::query(sqlx::AssertSqlSafe(sql))
 }
 
-pub(super) fn json_list(items: &[String]) -> Option<String> {
+pub(super) fn json_list(items: &[String]) -> Result<Option<String>> {
     if items.is_empty() {
-        None
-    } else {
-        serde_json::to_string(items).ok()
+        return Ok(None);
     }
+    serde_json::to_string(items)
+        .map(Some)
+        .map_err(|e| Error::unserialisable("a list of strings", &e))
 }
 
 impl PgStore {
@@ -168,6 +180,7 @@ impl PgStore {
             wake,
             closed: AtomicBool::new(false),
             listener: Mutex::new(listener),
+            heartbeat: Mutex::new(None),
         })
     }
 
@@ -201,9 +214,7 @@ impl PgStore {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<EventId, Uuid>> {
-        self.held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.held)
     }
 
     /// The distinct lease tokens of the events this process holds.
@@ -227,362 +238,33 @@ impl PgStore {
     }
 }
 
+impl sealed::Sealed for PgStore {}
+
 #[async_trait]
-impl Store for PgStore {
-    async fn insert(
-        &self,
-        events: Vec<NewEvent>,
-        mode: InsertMode,
-        now: Timestamp,
-    ) -> Result<Vec<bool>> {
-        self.check()?;
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let request = insert::Request {
-            events,
-            now: now.as_millis(),
-            claimed: mode == InsertMode::Claimed,
-            reply,
-        };
-        if request.events.len() > insert::GROUP_MAX_EVENTS {
-            self.inserter.write(vec![request]).await;
-        } else {
-            let sender = self
-                .inserts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone()
-                .ok_or(Error::StoreClosed)?;
-            sender.send(request).map_err(|_| Error::StoreClosed)?;
-        }
-        answer.await.map_err(|_| Error::StoreClosed)?
-    }
-
-    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
-        self.check()?;
-        let token = Uuid::now_v7();
-        let holding = self.held_tokens();
-        let rows = q(&self.sql.claim)
-            .bind(now.as_millis())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(&self.worker)
-            .bind(token)
-            .bind(self.lease_ms)
-            .bind(&holding)
-            .fetch_all(&self.pool)
-            .await?;
-        {
-            // Held from here on, even if a row fails to decode below: its lease is renewed and
-            // it can be released, instead of waiting out the lease.
-            let mut held = self.held();
-            for row in &rows {
-                if let Ok(id) = row.try_get::<Uuid, _>("id") {
-                    held.insert(EventId(id), token);
-                }
-            }
-        }
-        let mut events = Vec::with_capacity(rows.len());
-        let mut reclaimed = 0usize;
-        for row in &rows {
-            if row.try_get::<bool, _>("reclaimed")? {
-                reclaimed += 1;
-            }
-            events.push(rows::event(row)?);
-        }
-        if reclaimed > 0 {
-            tracing::warn!(
-                events = reclaimed,
-                worker = %self.worker,
-                "reclaimed events whose worker stopped renewing its lease"
-            );
-        }
-        events.sort_by_key(|e| (e.next_attempt_at, e.id));
-        Ok(events)
-    }
-
-    async fn next_due(&self) -> Result<Option<Timestamp>> {
-        self.check()?;
-        let row = q(&self.sql.next_due).fetch_one(&self.pool).await?;
-        Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
-    }
-
-    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool> {
-        let flags = self.record_many(vec![outcome], now).await?;
-        Ok(flags.first().copied().unwrap_or(false))
-    }
-
-    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
-        self.check()?;
-        let tokens: Vec<Option<Uuid>> = {
-            let held = self.held();
-            outcomes
-                .iter()
-                .map(|o| held.get(&o.id()).copied())
-                .collect()
-        };
-        let mut tx = self.pool.begin().await?;
-        let flags = self
-            .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
-            .await?;
-        tx.commit().await?;
-        {
-            let mut held = self.held();
-            for (o, t) in outcomes.iter().zip(&tokens) {
-                // Forget the token only if no newer claim replaced it meanwhile.
-                if held.get(&o.id()) == t.as_ref() {
-                    held.remove(&o.id());
-                }
-            }
-        }
-        for (o, ok) in outcomes.iter().zip(&flags) {
-            if !ok {
-                tracing::warn!(event_id = %o.id(), worker = %self.worker,
-                    "outcome not recorded: this worker no longer holds the event's lease");
-            }
-        }
-        if outcomes.iter().any(|o| matches!(o, Outcome::Retry { .. })) {
-            self.wake.notify_one();
-        }
-        Ok(flags)
-    }
-
-    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
-        self.check()?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let n = q(&self.sql.release)
-            .bind(&raw)
-            .bind(&self.worker)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        {
-            let mut held = self.held();
-            for id in &ids {
-                held.remove(id);
-            }
-        }
-        if n > 0 {
-            self.notify_others().await;
-            self.wake.notify_one();
-        }
-        Ok(n)
-    }
-
-    async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
-        self.check()?;
-        let n = q(&self.sql.recover)
-            .bind(now.as_millis())
-            .bind(self.held_tokens())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if n > 0 {
-            self.notify_others().await;
-            self.wake.notify_one();
-        }
-        Ok(n)
-    }
-
-    async fn save_subscription(&self, row: SubscriptionRow) -> Result<()> {
-        self.check()?;
-        let mut tx = self.pool.begin().await?;
-        if let Some(name) = &row.name {
-            // Processes starting together with one subscription name: one at a time.
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
-                .bind(format!("durabus:{}:subscription:{name}", self.schema))
-                .execute(&mut *tx)
-                .await?;
-            q(&self.sql.subscription_free_name)
-                .bind(name)
-                .bind(&row.id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        q(&self.sql.subscription_save)
-            .bind(&row.id)
-            .bind(&row.name)
-            .bind(&row.event_type)
-            .bind(row.created_at.as_millis())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    async fn delete_subscription(&self, id: &str) -> Result<bool> {
-        self.check()?;
-        Ok(q(&self.sql.subscription_delete)
-            .bind(id)
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-            == 1)
-    }
-
-    async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>> {
-        self.check()?;
-        q(&self.sql.subscriptions)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(SubscriptionRow {
-                    id: r.try_get(0)?,
-                    name: r.try_get(1)?,
-                    event_type: r.try_get(2)?,
-                    created_at: Timestamp(r.try_get(3)?),
-                })
-            })
-            .collect()
-    }
-
-    async fn get_event(&self, id: EventId) -> Result<Option<Event>> {
-        self.check()?;
-        q(&self.sql.get_event)
-            .bind(id.0)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(rows::event)
-            .transpose()
-    }
-
-    async fn list_events(&self, query: EventQuery) -> Result<Vec<Event>> {
-        self.check()?;
-        let text = self.sql.list(&query);
-        let mut stmt = q(&text);
-        if let Some(t) = query.event_type {
-            stmt = stmt.bind(t);
-        }
-        for bound in [query.created_from, query.created_before]
-            .into_iter()
-            .flatten()
-        {
-            stmt = stmt.bind(bound.as_millis());
-        }
-        stmt.bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
-            .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(rows::event)
-            .collect()
-    }
-
-    async fn counts(&self) -> Result<Vec<StatusCount>> {
-        self.check()?;
-        q(&self.sql.counts)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(StatusCount {
-                    event_type: r.try_get(0)?,
-                    status: r.try_get::<String, _>(1)?.parse()?,
-                    count: u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
-                })
-            })
-            .collect()
-    }
-
-    async fn retry_counts(&self) -> Result<Vec<RetryCount>> {
-        self.check()?;
-        q(&self.sql.retry_counts)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(RetryCount {
-                    status: r.try_get::<String, _>(0)?.parse()?,
-                    retry_count: u32::try_from(r.try_get::<i32, _>(1)?).unwrap_or(0),
-                    count: u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
-                })
-            })
-            .collect()
-    }
-
-    async fn dlq_retry(&self, id: EventId, now: Timestamp) -> Result<bool> {
-        self.check()?;
-        let n = q(&self.sql.dlq_retry)
-            .bind(id.0)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if n == 1 {
-            self.notify_others().await;
-            self.wake.notify_one();
-        }
-        Ok(n == 1)
-    }
-
-    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64> {
-        self.check()?;
-        Ok(q(&self.sql.dlq_purge)
-            .bind(cutoff.as_millis())
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
-    }
-
-    async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
-        self.check()?;
-        Ok(q(&self.sql.history_purge)
-            .bind(cutoff.as_millis())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
-    }
-
-    fn heartbeat_interval(&self) -> Option<Duration> {
-        Some(self.lease / 3)
-    }
-
-    async fn heartbeat(&self, now: Timestamp) -> Result<()> {
-        self.check()?;
-        let tokens = self.held_tokens();
-        if tokens.is_empty() {
-            return Ok(());
-        }
-        q(&self.sql.renew)
-            .bind(&self.worker)
-            .bind(now.as_millis().saturating_add(self.lease_ms))
-            .bind(&tokens)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+impl StoreLifecycle for PgStore {
+    fn backend(&self) -> Backend<'_> {
+        Backend::Postgres(self)
     }
 
     fn wakeups(&self) -> Arc<Notify> {
         self.wake.clone()
     }
 
+    fn start_background(&self, clock: Arc<dyn Clock>) {
+        let mut beat = lock(&self.heartbeat);
+        if beat.is_none() && !self.closed.load(Ordering::Acquire) {
+            *beat = Some(tokio::spawn(heartbeat::run(self.beat(), clock)));
+        }
+    }
+
     async fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        drop(
-            self.inserts
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
-        if let Some(task) = self
-            .listener
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+        drop(lock(&self.inserts).take());
+        for task in [lock(&self.listener).take(), lock(&self.heartbeat).take()]
+            .into_iter()
+            .flatten()
         {
             task.abort();
         }

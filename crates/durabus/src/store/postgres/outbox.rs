@@ -84,6 +84,7 @@ impl PgOutbox {
         let rows = Rows {
             events: events.iter().collect(),
             created: vec![now.as_millis(); events.len()],
+            snapshots: Vec::new(),
         };
         insert_rows(conn, &self.sql, &rows, None, Some(&self.channel)).await?;
         Ok(ids)

@@ -4,7 +4,9 @@ use sqlx::{Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{PgStore, json_list, q};
+use crate::clock::Timestamp;
 use crate::error::Result;
+use crate::event::EventId;
 use crate::store::Outcome;
 
 impl PgStore {
@@ -26,11 +28,11 @@ impl PgStore {
             };
             ids.push(id.0);
             toks.push(*t);
-            delivered.push(json_list(d));
+            delivered.push(json_list(d)?);
             at.push(i);
         }
         if !ids.is_empty() {
-            let moved: Vec<Uuid> = q(&self.sql.done)
+            let moved: Vec<(Uuid, i32)> = q(&self.sql.done)
                 .bind(&ids)
                 .bind(&toks)
                 .bind(&delivered)
@@ -38,10 +40,22 @@ impl PgStore {
                 .fetch_all(&mut **tx)
                 .await?
                 .iter()
-                .map(|r| r.try_get::<Uuid, _>(0))
-                .collect::<std::result::Result<_, _>>()?;
+                .map(|r| Ok((r.try_get::<Uuid, _>(0)?, r.try_get::<i32, _>(1)?)))
+                .collect::<Result<_>>()?;
             for (k, id) in ids.iter().enumerate() {
-                flags[at[k]] = moved.contains(id);
+                flags[at[k]] = moved.iter().any(|(m, _)| m == id);
+            }
+            // Revived dead letters that were delivered resolve their records.
+            for (id, dlq_count) in &moved {
+                if *dlq_count > 0 {
+                    super::dead_letters::write_delivered(
+                        tx,
+                        &self.sql.ops,
+                        EventId(*id),
+                        Timestamp(now),
+                    )
+                    .await?;
+                }
             }
         }
         for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
@@ -66,20 +80,31 @@ impl PgStore {
                     retry_count,
                     errors,
                     delivered,
+                    ..
                 } => (id, retry_count, errors, delivered, None),
             };
-            let n = q(&self.sql.fail)
+            let died = q(&self.sql.fail)
                 .bind(id.0)
                 .bind(t)
                 .bind(i32::try_from(*retry_count).unwrap_or(i32::MAX))
-                .bind(json_list(errors))
-                .bind(json_list(delivered))
+                .bind(json_list(errors)?)
+                .bind(json_list(delivered)?)
                 .bind(now)
                 .bind(next)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-            flags[i] = n == 1;
+                .fetch_optional(&mut **tx)
+                .await?;
+            flags[i] = died.is_some();
+            if let (Some(_), Outcome::Dead { death, .. }) = (died, o) {
+                super::dead_letters::write_death(
+                    tx,
+                    &self.sql,
+                    &self.channel,
+                    *id,
+                    death,
+                    Timestamp(now),
+                )
+                .await?;
+            }
         }
         Ok(flags)
     }

@@ -12,7 +12,7 @@ fn json_col<T: serde::de::DeserializeOwned + Default>(row: &PgRow, col: &str) ->
     match row.try_get::<Option<String>, _>(col)? {
         None => Ok(T::default()),
         Some(text) => serde_json::from_str(&text)
-            .map_err(|e| Error::Database(format!("column {col} holds invalid JSON: {e}"))),
+            .map_err(|e| Error::corrupt(format!("column {col} holds invalid JSON"), e)),
     }
 }
 
@@ -35,5 +35,6 @@ pub fn event(row: &PgRow) -> Result<Event> {
             .try_get::<Option<i64>, _>("next_attempt_at")?
             .map(Timestamp),
         dlq_at: row.try_get::<Option<i64>, _>("dlq_at")?.map(Timestamp),
+        dlq_count: u32::try_from(row.try_get::<i32, _>("dlq_count")?).unwrap_or(0),
     })
 }

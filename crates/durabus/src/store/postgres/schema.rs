@@ -1,90 +1,38 @@
-//! The PostgreSQL schema and its versioned migrations. Many workers may start at once: the
-//! migration runs in one transaction under an advisory lock keyed by the schema name, so
-//! exactly one of them applies each version and the others wait, then see it applied.
+//! Applying the PostgreSQL schema's migrations (`migrations/postgres/*.sql`). Many workers may
+//! start at once: the migration runs in one transaction under an advisory lock keyed by the
+//! schema name, so exactly one of them applies each version and the others wait, then see it
+//! applied.
 
 use sqlx::{PgPool, Row};
 
 use super::q;
-
-use crate::error::{Error, Result};
-
-/// Each migration, in order; `{s}` is the quoted schema name. The schema version is the number
-/// applied.
-const MIGRATIONS: &[&str] = &[
-    // 1: live events, the event log, subscriptions.
-    "CREATE TABLE IF NOT EXISTS {s}.events (
-        id uuid PRIMARY KEY,
-        type text NOT NULL CHECK (type <> ''),
-        payload json NOT NULL,
-        status text NOT NULL,
-        retry_count integer NOT NULL DEFAULT 0,
-        attempts integer NOT NULL DEFAULT 0,
-        last_error text,
-        metadata text,
-        delivered text,
-        created_at bigint NOT NULL,
-        updated_at bigint NOT NULL,
-        next_attempt_at bigint,
-        dlq_at bigint,
-        lease_owner text,
-        lease_token uuid,
-        lease_expires_at bigint,
-        processing_started_at bigint
-    );
-    -- Due events: the claim walks this small partial index, never past claimed or finished rows.
-    CREATE INDEX IF NOT EXISTS events_due ON {s}.events (next_attempt_at) WHERE status = 'pending';
-    -- Held events by lease expiry: rescue of a dead worker's events, and heartbeats.
-    CREATE INDEX IF NOT EXISTS events_lease ON {s}.events (lease_expires_at) WHERE status = 'processing';
-    CREATE INDEX IF NOT EXISTS events_dlq ON {s}.events (created_at, id) WHERE status = 'dlq';
-    CREATE INDEX IF NOT EXISTS events_created ON {s}.events (created_at, id);
-    -- Completed events move here with their terminal status (the event log), so the live table
-    -- holds only work in progress and dead letters.
-    CREATE TABLE IF NOT EXISTS {s}.event_log (
-        id uuid PRIMARY KEY,
-        type text NOT NULL,
-        payload json NOT NULL,
-        status text NOT NULL,
-        retry_count integer NOT NULL,
-        attempts integer NOT NULL,
-        last_error text,
-        metadata text,
-        delivered text,
-        created_at bigint NOT NULL,
-        updated_at bigint NOT NULL
-    );
-    CREATE INDEX IF NOT EXISTS event_log_created ON {s}.event_log (created_at, id);
-    CREATE INDEX IF NOT EXISTS event_log_updated ON {s}.event_log (updated_at);
-    -- Every id stored, live or in the log: publishing is idempotent even while an event moves
-    -- from the live table to the log. Purges remove ids with their events.
-    CREATE TABLE IF NOT EXISTS {s}.event_ids (id uuid PRIMARY KEY);
-    CREATE TABLE IF NOT EXISTS {s}.subscriptions (
-        id text PRIMARY KEY,
-        name text UNIQUE,
-        event_type text NOT NULL,
-        created_at bigint NOT NULL
-    );",
-];
+use crate::error::Result;
+use crate::store::migrations;
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub const SCHEMA_VERSION: i64 = migrations::latest(migrations::POSTGRES);
 
-/// Fails with [`Error::SchemaTooNew`] if a newer build migrated the schema.
-pub async fn check_version(pool: &PgPool, quoted: &str) -> Result<()> {
-    let found: i64 = q(&format!(
+/// The version recorded in `meta` (0 if none). Fails with
+/// [`Error::Corrupt`](crate::Error::Corrupt) if it is not a number.
+async fn stored_version<'c, E>(exec: E, quoted: &str) -> Result<i64>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Postgres>,
+{
+    let text: Option<String> = q(&format!(
         "SELECT value FROM {quoted}.meta WHERE key = 'schema_version'"
     ))
-    .fetch_optional(pool)
+    .fetch_optional(exec)
     .await?
     .map(|r| r.try_get::<String, _>(0))
-    .transpose()?
-    .map_or(0, |v| v.parse().unwrap_or(0));
-    if found > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            found,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    Ok(())
+    .transpose()?;
+    migrations::parse_version(text.as_deref())
+}
+
+/// Fails with [`Error::SchemaTooNew`](crate::Error::SchemaTooNew) if a newer build migrated the
+/// schema.
+pub async fn check_version(pool: &PgPool, quoted: &str) -> Result<()> {
+    let found = stored_version(pool, quoted).await?;
+    migrations::pending(migrations::POSTGRES, found).map(|_| ())
 }
 
 /// Creates the schema if needed and brings it up to [`SCHEMA_VERSION`].
@@ -101,37 +49,79 @@ pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
     )))
     .execute(&mut *tx)
     .await?;
-    let current: i64 = q(&format!(
-        "SELECT value FROM {quoted}.meta WHERE key = 'schema_version'"
-    ))
-    .fetch_optional(&mut *tx)
-    .await?
-    .map(|r| r.try_get::<String, _>(0))
-    .transpose()?
-    .map(|v| v.parse().unwrap_or(0))
-    .unwrap_or(0);
-    if current > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            found: current,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    for (i, migration) in MIGRATIONS
-        .iter()
-        .enumerate()
-        .skip(usize::try_from(current).unwrap_or(0))
-    {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(migration.replace("{s}", quoted)))
+    let current = stored_version(&mut *tx, quoted).await?;
+    for m in migrations::pending(migrations::POSTGRES, current)? {
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            schema,
+            "migrating the PostgreSQL schema"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(m.sql.replace("{s}", quoted)))
             .execute(&mut *tx)
             .await?;
+        if m.version == 2 {
+            backfill_dead_letters(&mut tx, quoted).await?;
+        }
         q(&format!(
             "INSERT INTO {quoted}.meta (key, value) VALUES ('schema_version', $1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value"
         ))
-        .bind((i + 1).to_string())
+        .bind(m.version.to_string())
         .execute(&mut *tx)
         .await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// Migration 2: dead events of earlier versions get dead-letter records (and groups), as if
+/// they had just died, but announce nothing and are retried by hand only (an upgrade must not
+/// send old dead letters back on its own).
+async fn backfill_dead_letters(tx: &mut sqlx::PgConnection, quoted: &str) -> Result<()> {
+    use crate::clock::Timestamp;
+    use crate::dead_letter::{DeadLetterPolicy, Death, split_error};
+    use crate::event::EventId;
+
+    let sql = super::sql::PgSql::new(quoted);
+    let dead = q(&format!(
+        "SELECT id, type, last_error, retry_count, dlq_at, updated_at FROM {quoted}.events
+         WHERE status = 'dlq' ORDER BY coalesce(dlq_at, updated_at), id"
+    ))
+    .fetch_all(&mut *tx)
+    .await?;
+    for row in &dead {
+        let id = EventId(row.try_get::<uuid::Uuid, _>("id")?);
+        let event_type: String = row.try_get("type")?;
+        let errors: Vec<String> = match row.try_get::<Option<String>, _>("last_error")? {
+            Some(text) => serde_json::from_str(&text).map_err(|e| {
+                crate::error::Error::corrupt(format!("the errors of event {id}"), e)
+            })?,
+            None => Vec::new(),
+        };
+        let last = errors.last().map_or("unknown error", String::as_str);
+        let (key, message) = split_error(last);
+        let retry_count = u32::try_from(row.try_get::<i32, _>("retry_count")?).unwrap_or(0);
+        let mut death = Death::new(
+            id,
+            &event_type,
+            key,
+            message,
+            Vec::new(),
+            errors.clone(),
+            retry_count,
+            DeadLetterPolicy::manual_only(),
+        );
+        death.announcement = None;
+        let at = row
+            .try_get::<Option<i64>, _>("dlq_at")?
+            .unwrap_or(row.try_get::<i64, _>("updated_at")?);
+        super::dead_letters::write_death(&mut *tx, &sql, "", id, &death, Timestamp(at)).await?;
+    }
+    q(&format!(
+        "UPDATE {quoted}.events SET dlq_count = 1 WHERE status = 'dlq'"
+    ))
+    .execute(&mut *tx)
+    .await?;
     Ok(())
 }

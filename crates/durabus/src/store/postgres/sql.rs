@@ -2,11 +2,12 @@
 
 /// The columns every event query selects, in the order [`super::rows::event`] reads them.
 pub const EVENT_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
-     metadata, delivered, created_at, updated_at, next_attempt_at, dlq_at";
+     metadata, delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count";
 
 /// The event log's rows with the live table's columns.
-const LOG_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
-     metadata, delivered, created_at, updated_at, NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at";
+pub const LOG_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
+     metadata, delivered, created_at, updated_at, NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at, \
+     dlq_count";
 
 /// Statements for one schema (`s` is the quoted schema name).
 #[derive(Debug, Clone)]
@@ -28,10 +29,10 @@ pub struct PgSql {
     pub get_event: String,
     pub counts: String,
     pub retry_counts: String,
-    pub dlq_retry: String,
-    pub dlq_purge: String,
     pub history_purge: String,
     pub all_events: String,
+    /// The statements of dead letters, operations and jobs.
+    pub ops: super::sql_ops::PgOpsSql,
 }
 
 impl PgSql {
@@ -61,14 +62,25 @@ impl PgSql {
                      FROM (SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord) AS d JOIN fresh USING (id)
                      RETURNING id),
                  n AS (SELECT count(pg_notify($10::text, '')) AS c
-                       FROM (SELECT 1 FROM ins WHERE $10::text IS NOT NULL LIMIT 1) AS x)
+                       FROM (SELECT 1 FROM ins WHERE $10::text IS NOT NULL LIMIT 1) AS x),
+                 -- Payload snapshots of the events stored (the others are dropped).
+                 snaps AS (
+                     INSERT INTO {s}.event_payloads (event_id, stage, created_at, event_type, payload,
+                         size_original, size_compressed, contains_media, contains_base64)
+                     SELECT v.* FROM UNNEST($11::uuid[], $12::text[], $13::bigint[], $14::text[],
+                         $15::bytea[], $16::bigint[], $17::bigint[], $18::bool[], $19::bool[])
+                         AS v(event_id, stage, created_at, event_type, payload, so, sc, m, b)
+                     WHERE v.event_id IN (SELECT id FROM ins)
+                     ON CONFLICT (event_id, stage, created_at) DO NOTHING)
                  SELECT ins.id FROM ins, n"
             ),
             // Due pending events and events whose lease expired (their worker is gone: the
-            // interrupted attempt counts), locked with SKIP LOCKED so concurrent workers never
-            // take the same row. Never an event this process still holds (`$6`, its tokens):
-            // its delivery may still be running here, and its outcome must stay the one that
-            // counts unless another worker takes the event over.
+            // interrupted attempt counts as `store::recovery` says: `$7` added to the retry
+            // count, the note `$8` appended with the lost worker's name in place of `$9`),
+            // locked with SKIP LOCKED so concurrent workers never take the same row. Never an
+            // event this process still holds (`$6`, its tokens): its delivery may still be
+            // running here, and its outcome must stay the one that counts unless another worker
+            // takes the event over.
             claim: format!(
                 "WITH expired AS (
                      SELECT id FROM {s}.events
@@ -85,17 +97,17 @@ impl PgSql {
                  UPDATE {s}.events e SET
                      status = 'processing',
                      attempts = e.attempts + 1,
-                     retry_count = CASE WHEN p.reclaimed THEN e.retry_count + 1 ELSE e.retry_count END,
+                     retry_count = CASE WHEN p.reclaimed THEN e.retry_count + $7 ELSE e.retry_count END,
                      last_error = CASE WHEN p.reclaimed THEN
                          (coalesce(e.last_error::jsonb, '[]'::jsonb)
-                          || jsonb_build_array('interrupted: the worker ' || coalesce(e.lease_owner, '?')
-                                               || ' stopped renewing its lease'))::text
+                          || jsonb_build_array(replace($8::text, $9::text, coalesce(e.lease_owner, '?'))))::text
                          ELSE e.last_error END,
                      lease_owner = $3, lease_token = $4, lease_expires_at = $1 + $5,
                      processing_started_at = $1, updated_at = $1
                  FROM picked p WHERE e.id = p.id
                  RETURNING e.id, e.type, e.payload::text AS payload, e.status, e.retry_count, e.last_error,
-                     e.metadata, e.delivered, e.created_at, e.updated_at, e.next_attempt_at, e.dlq_at, p.reclaimed"
+                     e.metadata, e.delivered, e.created_at, e.updated_at, e.next_attempt_at, e.dlq_at, e.dlq_count,
+                     p.reclaimed"
             ),
             // Done: moved to the event log, if the caller still holds the lease (fencing).
             done: format!(
@@ -105,11 +117,11 @@ impl PgSql {
                      WHERE e.id = o.id AND e.status = 'processing' AND e.lease_token = o.token
                      RETURNING e.*, o.delivered AS now_delivered)
                  INSERT INTO {s}.event_log (id, type, payload, status, retry_count, attempts, last_error,
-                     metadata, delivered, created_at, updated_at)
+                     metadata, delivered, created_at, updated_at, dlq_count)
                  SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata,
-                     now_delivered, created_at, $4 FROM moved
+                     now_delivered, created_at, $4, dlq_count FROM moved
                  ON CONFLICT (id) DO NOTHING
-                 RETURNING id"
+                 RETURNING id, dlq_count"
             ),
             // A failed attempt: back to pending with the next attempt's time (`$7`), or, with no
             // next attempt (`$7` NULL), a dead letter.
@@ -119,8 +131,10 @@ impl PgSql {
                      retry_count = $3, last_error = $4, delivered = $5, updated_at = $6,
                      next_attempt_at = $7,
                      dlq_at = CASE WHEN $7::bigint IS NULL THEN $6 END,
+                     dlq_count = CASE WHEN $7::bigint IS NULL THEN dlq_count + 1 ELSE dlq_count END,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
-                 WHERE id = $1 AND status = 'processing' AND lease_token = $2"
+                 WHERE id = $1 AND status = 'processing' AND lease_token = $2
+                 RETURNING dlq_count"
             ),
             release: format!(
                 "UPDATE {s}.events SET status = 'pending', updated_at = $3, next_attempt_at = $3,
@@ -129,12 +143,13 @@ impl PgSql {
                  WHERE id = ANY($1) AND status = 'processing' AND lease_owner = $2"
             ),
             // This worker is starting: what nobody holds and what a dead worker held (lease
-            // expired) goes back to pending, the attempt counted. Live leases are left alone,
-            // this process's own included (its inline publishes may be running).
+            // expired) goes back to pending, the attempt counted (`$3` added to the retry
+            // count, the note `$4` appended). Live leases are left alone, this process's own
+            // included (its inline publishes may be running).
             recover: format!(
-                "UPDATE {s}.events SET status = 'pending', retry_count = retry_count + 1,
+                "UPDATE {s}.events SET status = 'pending', retry_count = retry_count + $3,
                      last_error = (coalesce(last_error::jsonb, '[]'::jsonb)
-                         || '[\"interrupted: the process stopped during this attempt\"]'::jsonb)::text,
+                         || jsonb_build_array($4::text))::text,
                      updated_at = $1, next_attempt_at = $1,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE status = 'processing'
@@ -182,15 +197,6 @@ impl PgSql {
                      UNION ALL SELECT status, retry_count FROM {s}.event_log) AS a
                  GROUP BY status, retry_count ORDER BY status, retry_count"
             ),
-            dlq_retry: format!(
-                "UPDATE {s}.events SET status = 'pending', retry_count = 0, last_error = NULL, dlq_at = NULL,
-                     updated_at = $2, next_attempt_at = $2
-                 WHERE id = $1 AND status = 'dlq'"
-            ),
-            dlq_purge: format!(
-                "WITH d AS (DELETE FROM {s}.events WHERE status = 'dlq' AND created_at <= $1 RETURNING id)
-                 DELETE FROM {s}.event_ids WHERE id IN (SELECT id FROM d)"
-            ),
             history_purge: format!(
                 "WITH d AS (
                      DELETE FROM {s}.event_log WHERE id IN
@@ -202,6 +208,7 @@ impl PgSql {
                 "(SELECT {EVENT_COLUMNS} FROM {s}.events
                   UNION ALL SELECT {LOG_COLUMNS} FROM {s}.event_log) AS all_events"
             ),
+            ops: super::sql_ops::PgOpsSql::new(s),
         }
     }
 

@@ -2,11 +2,21 @@
 //! small pool of read connections. No call blocks the async runtime.
 
 mod checkpoint;
+mod dead_letters;
+mod events;
+mod jobs;
+mod op;
 mod open;
+mod operations;
+mod payloads;
+mod queries;
 mod rows;
 mod schema;
 mod sql;
-pub(crate) mod writer;
+mod sql_ops;
+mod subscriptions;
+mod walk;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -15,23 +25,22 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, oneshot};
 
+pub(crate) use events::insert_events;
 pub use schema::SCHEMA_VERSION;
 pub use sql::{DEFAULT_PREFIX, validate_prefix};
 #[doc(hidden)]
 pub use sql::{ListFilter, Sql};
 
+use self::op::{Request, WriteOp};
 use self::open::open_error;
-use self::rows::event_from_row;
-use self::writer::{Msg, Op, Reply};
+use self::writer::Msg;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
-use crate::event::{Event, EventId, EventStatus, NewEvent};
-use crate::store::{
-    EventQuery, InsertMode, Outcome, RetryCount, StatusCount, Store, SubscriptionRow,
-};
+use crate::store::{Backend, StoreLifecycle, sealed};
+use crate::sync::lock;
 
 /// How hard a commit works to survive failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -139,7 +148,7 @@ impl SqliteStore {
         let p = path.clone();
         tokio::task::spawn_blocking(move || Self::open_blocking(p, opts))
             .await
-            .map_err(|e| Error::Database(format!("opening the database panicked: {e}")))?
+            .map_err(|e| Error::Internal(format!("opening the SQLite database failed: {e}")))?
     }
 
     /// Transactions and requests the writer has committed so far. With many concurrent writers
@@ -172,12 +181,20 @@ impl SqliteStore {
         crate::Outbox::from_sql(self.sql.clone())
     }
 
-    async fn write(&self, op: Op, now: Timestamp) -> Result<Reply> {
-        let (reply, mut rx) = oneshot::channel();
+    /// Sends `op` to the writer thread and waits for its committed reply.
+    async fn write<O: WriteOp>(&self, op: O, now: Timestamp) -> Result<O::Reply> {
+        let (tx, mut rx) = oneshot::channel();
         {
-            let guard = self.tx.lock().map_err(|_| Error::StoreClosed)?;
-            let tx = guard.as_ref().ok_or(Error::StoreClosed)?;
-            tx.send(Msg::Write { op, now, reply })
+            let guard = lock(&self.tx);
+            let sender = guard.as_ref().ok_or(Error::StoreClosed)?;
+            let job = Request {
+                op,
+                now,
+                reply: None,
+                tx,
+            };
+            sender
+                .send(Msg::Write(Box::new(job)))
                 .map_err(|_| Error::StoreClosed)?;
         }
         let waiting = Waiting::enter(&self.waiting);
@@ -226,7 +243,8 @@ impl SqliteStore {
         let busy = self.options.busy_timeout;
         let max = self.options.readers;
         tokio::task::spawn_blocking(move || {
-            let conn = match pool.lock().ok().and_then(|mut p| p.pop()) {
+            let pooled = lock(&pool).pop();
+            let conn = match pooled {
                 Some(c) => c,
                 None => {
                     let c = Connection::open_with_flags(
@@ -239,222 +257,23 @@ impl SqliteStore {
                 }
             };
             let out = f(&conn).map_err(Error::from);
-            if let Ok(mut p) = pool.lock()
-                && p.len() < max
-            {
+            let mut p = lock(&pool);
+            if p.len() < max {
                 p.push(conn);
             }
             out
         })
         .await
-        .map_err(|e| Error::Database(format!("read task failed: {e}")))?
+        .map_err(|e| Error::Internal(format!("an SQLite read task failed: {e}")))?
     }
 }
 
-fn parse_status(col: usize, s: &str) -> rusqlite::Result<EventStatus> {
-    s.parse().map_err(|e: Error| {
-        rusqlite::Error::FromSqlConversionFailure(
-            col,
-            rusqlite::types::Type::Text,
-            e.to_string().into(),
-        )
-    })
-}
-
-fn unexpected(r: Reply) -> Error {
-    Error::Database(format!("writer returned an unexpected reply: {r:?}"))
-}
+impl sealed::Sealed for SqliteStore {}
 
 #[async_trait]
-impl Store for SqliteStore {
-    async fn insert(
-        &self,
-        events: Vec<NewEvent>,
-        mode: InsertMode,
-        now: Timestamp,
-    ) -> Result<Vec<bool>> {
-        match self.write(Op::Insert(events, mode), now).await? {
-            Reply::Flags(f) => Ok(f),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
-        match self.write(Op::Claim(limit), now).await? {
-            Reply::Events(e) => Ok(e),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn next_due(&self) -> Result<Option<Timestamp>> {
-        let sql = self.sql.clone();
-        self.read(move |c| {
-            c.prepare_cached(&sql.next_due)?
-                .query_row([], |r| r.get::<_, Option<i64>>(0))
-                .optional()
-                .map(|v| v.flatten().map(Timestamp))
-        })
-        .await
-    }
-
-    async fn record(&self, outcome: Outcome, now: Timestamp) -> Result<bool> {
-        match self.write(Op::Record(outcome), now).await? {
-            Reply::Flag(f) => Ok(f),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn record_many(&self, outcomes: Vec<Outcome>, now: Timestamp) -> Result<Vec<bool>> {
-        match self.write(Op::RecordMany(outcomes), now).await? {
-            Reply::Flags(f) => Ok(f),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        match self.write(Op::Release(ids), now).await? {
-            Reply::Count(n) => Ok(n),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
-        match self.write(Op::Recover, now).await? {
-            Reply::Count(n) => Ok(n),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn save_subscription(&self, row: SubscriptionRow) -> Result<()> {
-        let now = row.created_at;
-        match self.write(Op::SaveSubscription(row), now).await? {
-            Reply::Unit => Ok(()),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn delete_subscription(&self, id: &str) -> Result<bool> {
-        match self
-            .write(Op::DeleteSubscription(id.to_owned()), Timestamp(0))
-            .await?
-        {
-            Reply::Flag(f) => Ok(f),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>> {
-        let sql = self.sql.clone();
-        self.read(move |c| {
-            c.prepare_cached(&sql.subscriptions)?
-                .query_map([], |r| {
-                    Ok(SubscriptionRow {
-                        id: r.get(0)?,
-                        name: r.get(1)?,
-                        event_type: r.get(2)?,
-                        created_at: Timestamp(r.get(3)?),
-                    })
-                })?
-                .collect()
-        })
-        .await
-    }
-
-    async fn get_event(&self, id: EventId) -> Result<Option<Event>> {
-        let sql = self.sql.clone();
-        self.read(move |c| {
-            c.prepare_cached(&sql.get_event)?
-                .query_row([id.to_string()], event_from_row)
-                .optional()
-        })
-        .await
-    }
-
-    async fn list_events(&self, q: EventQuery) -> Result<Vec<Event>> {
-        let sql = self.sql.clone();
-        self.read(move |c| {
-            let text = sql.list(ListFilter {
-                status: q.status,
-                by_type: q.event_type.is_some(),
-                from: q.created_from.is_some(),
-                until: q.created_before.is_some(),
-            });
-            let mut args: Vec<rusqlite::types::Value> = Vec::with_capacity(5);
-            if let Some(t) = q.event_type {
-                args.push(t.into());
-            }
-            for bound in [q.created_from, q.created_before].into_iter().flatten() {
-                args.push(bound.as_millis().into());
-            }
-            args.push(i64::try_from(q.limit).unwrap_or(i64::MAX).into());
-            args.push(i64::try_from(q.offset).unwrap_or(i64::MAX).into());
-            c.prepare_cached(&text)?
-                .query_map(rusqlite::params_from_iter(args), event_from_row)?
-                .collect()
-        })
-        .await
-    }
-
-    async fn counts(&self) -> Result<Vec<StatusCount>> {
-        let sql = self.sql.clone();
-        self.read(move |c| {
-            c.prepare_cached(&sql.counts)?
-                .query_map([], |r| {
-                    let status: String = r.get(1)?;
-                    Ok(StatusCount {
-                        event_type: r.get(0)?,
-                        status: parse_status(1, &status)?,
-                        count: r.get(2)?,
-                    })
-                })?
-                .collect()
-        })
-        .await
-    }
-
-    async fn retry_counts(&self) -> Result<Vec<RetryCount>> {
-        let sql = self.sql.clone();
-        self.read(move |c| {
-            c.prepare_cached(&sql.retry_counts)?
-                .query_map([], |r| {
-                    let status: String = r.get(0)?;
-                    Ok(RetryCount {
-                        status: parse_status(1, &status)?,
-                        retry_count: r.get(1)?,
-                        count: r.get(2)?,
-                    })
-                })?
-                .collect()
-        })
-        .await
-    }
-
-    async fn dlq_retry(&self, id: EventId, now: Timestamp) -> Result<bool> {
-        match self.write(Op::DlqRetry(id), now).await? {
-            Reply::Flag(f) => Ok(f),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64> {
-        match self.write(Op::DlqPurge(cutoff), cutoff).await? {
-            Reply::Count(n) => Ok(n),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
-        match self.write(Op::PurgeHistory(cutoff, limit), cutoff).await? {
-            Reply::Count(n) => Ok(n),
-            r => Err(unexpected(r)),
-        }
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
+impl StoreLifecycle for SqliteStore {
+    fn backend(&self) -> Backend<'_> {
+        Backend::Sqlite(self)
     }
 
     fn wakeups(&self) -> Arc<Notify> {
@@ -462,8 +281,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) -> Result<()> {
-        let tx = self.tx.lock().ok().and_then(|mut g| g.take());
-        let Some(tx) = tx else {
+        let Some(tx) = lock(&self.tx).take() else {
             return Ok(());
         };
         self.closed.store(true, Ordering::Release);
@@ -471,9 +289,7 @@ impl Store for SqliteStore {
         if tx.send(Msg::Close(done)).is_ok() {
             let _ = rx.await;
         }
-        if let Ok(mut p) = self.readers.lock() {
-            p.clear();
-        }
+        lock(&self.readers).clear();
         Ok(())
     }
 }

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use super::sql::Sql;
 use super::writer::{Writer, retry_busy};
 use super::{Durability, SqliteOptions, SqliteStore, WriteStats, checkpoint, schema};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 pub(super) fn display(path: &Path) -> String {
     path.display().to_string()
@@ -21,15 +21,28 @@ pub(super) fn display(path: &Path) -> String {
 
 pub(super) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
     match e.sqlite_error_code() {
-        Some(ErrorCode::NotADatabase) => Error::NotADatabase {
-            path: display(path),
-            reason: "the file is not an SQLite database".into(),
-        },
-        Some(ErrorCode::CannotOpen) => Error::Database(format!(
-            "cannot open {}: {e}; check that the path is a readable file in an existing directory",
+        Some(ErrorCode::NotADatabase) => not_a_database(path),
+        Some(ErrorCode::CannotOpen) => Error::from(e).context(format!(
+            "cannot open {}; check that the path is a readable file in an existing directory",
             display(path)
         )),
-        _ => Error::Database(format!("cannot open {}: {e}", display(path))),
+        _ => Error::from(e).context(format!("cannot open {}", display(path))),
+    }
+}
+
+fn not_a_database(path: &Path) -> Error {
+    Error::NotADatabase {
+        path: display(path),
+        reason: "the file is not an SQLite database".into(),
+    }
+}
+
+/// A file that turned out not to be an SQLite database (SQLite says so on the first read):
+/// the error says which file.
+fn name_the_file(path: &Path, e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::Corrupt if matches!(e, Error::Database { .. }) => not_a_database(path),
+        _ => e,
     }
 }
 
@@ -88,18 +101,13 @@ impl SqliteStore {
         let mode: String = retry_busy(options.lock_timeout, || {
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
         })
-        .map_err(|e| match e {
-            Error::Database(reason) if reason.contains("not a database") => Error::NotADatabase {
-                path: display(&path),
-                reason,
-            },
-            other => other,
-        })?;
+        .map_err(|e| name_the_file(&path, e))?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(Error::Database(format!(
-                "could not switch {} to WAL mode (got {mode})",
-                display(&path)
-            )));
+            return Err(Error::database(
+                ErrorKind::Unsupported,
+                format!("could not switch {} to WAL mode", display(&path)),
+                format!("the journal mode stayed {mode}"),
+            ));
         }
         let sync = match options.durability {
             Durability::Normal => "NORMAL",
@@ -115,15 +123,7 @@ impl SqliteStore {
         })?;
         if let Err(e) = schema::migrate(&conn, &sql) {
             let _ = conn.execute_batch("ROLLBACK");
-            return Err(match e {
-                Error::Database(reason) if reason.contains("not a database") => {
-                    Error::NotADatabase {
-                        path: display(&path),
-                        reason,
-                    }
-                }
-                other => other,
-            });
+            return Err(name_the_file(&path, e));
         }
         retry_busy(options.lock_timeout, || conn.execute_batch("COMMIT"))?;
 
@@ -144,7 +144,7 @@ impl SqliteStore {
         std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
             .spawn(move || checkpoint::run(cp_path, busy, flag, checkpoint_rx, watch))
-            .map_err(|e| Error::Database(format!("cannot start the checkpoint thread: {e}")))?;
+            .map_err(|e| Error::Internal(format!("cannot start the checkpoint thread: {e}")))?;
         let writer = Writer {
             conn,
             sql: sql.clone(),
@@ -158,7 +158,7 @@ impl SqliteStore {
         std::thread::Builder::new()
             .name("durabus-sqlite-writer".into())
             .spawn(move || writer.run())
-            .map_err(|e| Error::Database(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
         Ok(SqliteStore {
             path,
             options,

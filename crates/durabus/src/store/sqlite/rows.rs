@@ -7,9 +7,9 @@ use crate::event::{Event, EventId, EventStatus};
 
 /// The columns every event query selects, in the order [`event_from_row`] reads them.
 pub const EVENT_COLUMNS: &str = "id, type, payload, status, retry_count, last_error, metadata, \
-     delivered, created_at, updated_at, next_attempt_at, dlq_at";
+     delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count";
 
-fn corrupt(col: usize, what: String) -> rusqlite::Error {
+pub(super) fn corrupt(col: usize, what: String) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(col, rusqlite::types::Type::Text, what.into())
 }
 
@@ -44,14 +44,23 @@ pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
         updated_at: Timestamp(row.get(9)?),
         next_attempt_at: row.get::<_, Option<i64>>(10)?.map(Timestamp),
         dlq_at: row.get::<_, Option<i64>>(11)?.map(Timestamp),
+        dlq_count: row.get(12)?,
     })
 }
 
 /// JSON text of a list, or NULL for an empty one.
-pub fn json_list(items: &[String]) -> Option<String> {
+pub fn json_list(items: &[String]) -> crate::error::Result<Option<String>> {
     if items.is_empty() {
-        None
-    } else {
-        serde_json::to_string(items).ok()
+        return Ok(None);
     }
+    serde_json::to_string(items)
+        .map(Some)
+        .map_err(|e| crate::error::Error::unserialisable("a list of strings", &e))
+}
+
+/// Reads a status column.
+pub fn status_col(row: &Row<'_>, col: usize) -> rusqlite::Result<EventStatus> {
+    let text: String = row.get(col)?;
+    text.parse()
+        .map_err(|e: crate::error::Error| corrupt(col, e.to_string()))
 }

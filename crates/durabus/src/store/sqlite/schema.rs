@@ -1,44 +1,10 @@
-//! The SQLite schema and its versioned migrations, applied on open.
+//! Applying the SQLite schema's migrations (`migrations/sqlite/*.sql`) on open.
 
 use rusqlite::{Connection, OptionalExtension};
 
 use super::sql::Sql;
-use crate::error::{Error, Result};
-
-/// Each migration, in order; the schema version is the number applied. `{p}` is the table
-/// prefix.
-pub(super) const MIGRATIONS: &[&str] = &[
-    // 1: events, subscriptions.
-    "CREATE TABLE IF NOT EXISTS {p}events (
-        id TEXT PRIMARY KEY NOT NULL,
-        -- Events may also be written by applications through their own connections (the
-        -- outbox): the table itself refuses an empty type or a payload that is not JSON.
-        type TEXT NOT NULL CHECK (type <> ''),
-        payload TEXT NOT NULL CHECK (json_valid(payload)),
-        status TEXT NOT NULL DEFAULT 'pending',
-        retry_count INTEGER NOT NULL DEFAULT 0,
-        last_error TEXT,
-        metadata TEXT,
-        delivered TEXT,
-        created_at INTEGER NOT NULL,
-        updated_at INTEGER NOT NULL,
-        next_attempt_at INTEGER,
-        dlq_at INTEGER
-    );
-    -- As few indexes as the queries need: every index is another page written per commit.
-    -- Serves the claim (due pending events, earliest first) and nothing else.
-    CREATE INDEX IF NOT EXISTS {p}events_due ON {p}events(next_attempt_at) WHERE status = 'pending';
-    -- Serves the dead-letter listing, newest first.
-    CREATE INDEX IF NOT EXISTS {p}events_dlq ON {p}events(created_at, id) WHERE status = 'dlq';
-    -- Serves crash recovery and releases.
-    CREATE INDEX IF NOT EXISTS {p}events_processing ON {p}events(id) WHERE status = 'processing';
-    CREATE TABLE IF NOT EXISTS {p}subscriptions (
-        id TEXT PRIMARY KEY NOT NULL,
-        name TEXT UNIQUE,
-        event_type TEXT NOT NULL,
-        created_at INTEGER NOT NULL
-    );",
-];
+use crate::error::Result;
+use crate::store::migrations;
 
 /// Databases written before table prefixes existed have unprefixed tables (`events`,
 /// `subscriptions`) under `durabus_meta` version 1. They are renamed to the default prefix's
@@ -59,7 +25,23 @@ fn table_exists(conn: &Connection, name: &str) -> Result<bool> {
 }
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+pub const SCHEMA_VERSION: i64 = migrations::latest(migrations::SQLITE);
+
+/// The version recorded in the meta table (0 for a new database). Fails with
+/// [`Error::Corrupt`](crate::Error::Corrupt) if it is not a number.
+pub(super) fn stored_version(conn: &Connection, sql: &Sql) -> Result<i64> {
+    let text: Option<String> = conn
+        .query_row(
+            &format!(
+                "SELECT value FROM {} WHERE key = 'schema_version'",
+                sql.meta
+            ),
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    migrations::parse_version(text.as_deref())
+}
 
 /// Brings the database up to [`SCHEMA_VERSION`], inside the caller's write transaction.
 pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
@@ -67,15 +49,9 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
     conn.execute_batch(&format!(
         "CREATE TABLE IF NOT EXISTS {meta} (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)"
     ))?;
-    let current: i64 = conn
-        .query_row(
-            &format!("SELECT value FROM {meta} WHERE key = 'schema_version'"),
-            [],
-            |r| r.get::<_, String>(0),
-        )
-        .optional()?
-        .map(|v| v.parse().unwrap_or(0))
-        .unwrap_or(0);
+    let current = stored_version(conn, sql)?;
+    let todo = migrations::pending(migrations::SQLITE, current)?;
+    let all = sql.migrations();
     let legacy = sql.prefix == super::sql::DEFAULT_PREFIX
         && current >= 1
         && table_exists(conn, "events")?
@@ -83,30 +59,102 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
     if legacy {
         tracing::info!("renaming the tables of an older durabus database to the durabus_ prefix");
         conn.execute_batch(LEGACY_RENAME)?;
-        if let Some(first) = sql.migrations().first() {
+        if let Some((_, first)) = all.first() {
             conn.execute_batch(first)?;
         }
     }
-    if current > SCHEMA_VERSION {
-        return Err(Error::SchemaTooNew {
-            found: current,
-            supported: SCHEMA_VERSION,
-        });
-    }
-    for (i, migration) in sql
-        .migrations()
-        .iter()
-        .enumerate()
-        .skip(usize::try_from(current).unwrap_or(0))
-    {
-        conn.execute_batch(migration)?;
+    for m in todo {
+        let Some((_, text)) = all.iter().find(|(v, _)| *v == m.version) else {
+            continue;
+        };
+        tracing::info!(
+            version = m.version,
+            name = m.name,
+            "migrating the SQLite schema"
+        );
+        conn.execute_batch(text)?;
+        if m.version == 2 {
+            backfill_dead_letters(conn, sql)?;
+        }
         conn.execute(
             &format!(
                 "INSERT INTO {meta} (key, value) VALUES ('schema_version', ?1)
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value"
             ),
-            [(i + 1).to_string()],
+            [m.version.to_string()],
         )?;
+    }
+    Ok(())
+}
+
+/// Migration 2: dead events of earlier versions get dead-letter records (and groups), as if
+/// they had just died, but announce nothing and are retried by hand only (an upgrade must not
+/// send old dead letters back on its own).
+fn backfill_dead_letters(conn: &Connection, sql: &Sql) -> Result<()> {
+    use crate::clock::Timestamp;
+    use crate::dead_letter::{DeadLetterPolicy, Death, split_error};
+    use crate::event::EventId;
+
+    /// id, type, errors, retry count, dead since, last change.
+    type Dead = (String, String, Option<String>, u32, Option<i64>, i64);
+    let dead: Vec<Dead> = conn
+        .prepare(&format!(
+            "SELECT id, type, last_error, retry_count, dlq_at, updated_at FROM {p}events
+             WHERE status = 'dlq' ORDER BY coalesce(dlq_at, updated_at), id",
+            p = sql.prefix
+        ))?
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, event_type, errors, retry_count, dlq_at, updated_at) in &dead {
+        let id: EventId = id.parse()?;
+        let errors: Vec<String> = match errors {
+            Some(text) => serde_json::from_str(text).map_err(|e| {
+                crate::error::Error::corrupt(format!("the errors of event {id}"), e)
+            })?,
+            None => Vec::new(),
+        };
+        let last = errors.last().map_or("unknown error", String::as_str);
+        let (key, message) = split_error(last);
+        let mut death = Death::new(
+            id,
+            event_type,
+            key,
+            message,
+            Vec::new(),
+            errors.clone(),
+            *retry_count,
+            DeadLetterPolicy::manual_only(),
+        );
+        death.announcement = None;
+        super::dead_letters::write_death(
+            conn,
+            sql,
+            id,
+            &death,
+            Timestamp(dlq_at.unwrap_or(*updated_at)),
+        )?;
+    }
+    conn.execute(
+        &format!(
+            "UPDATE {}events SET dlq_count = 1 WHERE status = 'dlq'",
+            sql.prefix
+        ),
+        [],
+    )?;
+    if !dead.is_empty() {
+        tracing::info!(
+            records = dead.len(),
+            "dead events of an earlier version got dead-letter records"
+        );
     }
     Ok(())
 }

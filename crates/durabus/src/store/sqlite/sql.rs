@@ -38,6 +38,8 @@ macro_rules! statements {
             /// The table prefix.
             pub prefix: String,
             $($(#[$doc])* pub $name: String,)*
+            /// The statements of dead letters, operations and jobs.
+            pub ops: super::sql_ops::OpsSql,
         }
 
         impl Sql {
@@ -57,13 +59,14 @@ macro_rules! statements {
                 Sql {
                     prefix: prefix.to_owned(),
                     $($name: fill($sql, prefix),)*
+                    ops: super::sql_ops::OpsSql::build(prefix),
                 }
             }
         }
     };
 }
 
-fn fill(template: &str, prefix: &str) -> String {
+pub(super) fn fill(template: &str, prefix: &str) -> String {
     template
         .replace("{p}", prefix)
         .replace("{cols}", EVENT_COLUMNS)
@@ -92,24 +95,29 @@ statements! {
     /// Inserts one event unless its id exists (idempotent publish).
     insert = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7) ON CONFLICT(id) DO NOTHING";
-    /// Outcome: done.
+    /// Outcome: done, for an event that was never a dead letter (the common case: a plain
+    /// update, no RETURNING, which costs SQLite an ephemeral table per row).
     record_done = "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
-         WHERE id = ?1 AND status = 'processing'";
+         WHERE id = ?1 AND status = 'processing' AND dlq_count = 0";
+    /// Outcome: done, for a revived dead letter (whose record the delivery resolves).
+    record_done_revived = "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
+         WHERE id = ?1 AND status = 'processing' AND dlq_count > 0";
     /// Outcome: retry later.
     record_retry = "UPDATE {p}events SET status = 'pending', retry_count = ?2, last_error = ?3, delivered = ?4,
              updated_at = ?5, next_attempt_at = ?6
          WHERE id = ?1 AND status = 'processing'";
-    /// Outcome: dead letter.
+    /// Outcome: dead letter. Returns the event's dead-letter count before this death (above
+    /// 0: its record gets a new round).
     record_dead = "UPDATE {p}events SET status = 'dlq', retry_count = ?2, last_error = ?3, delivered = ?4,
-             updated_at = ?5, dlq_at = ?5, next_attempt_at = NULL
-         WHERE id = ?1 AND status = 'processing'";
+             updated_at = ?5, dlq_at = ?5, next_attempt_at = NULL, dlq_count = dlq_count + 1
+         WHERE id = ?1 AND status = 'processing' RETURNING dlq_count - 1";
     /// Gives one claimed event back.
     release = "UPDATE {p}events SET status = 'pending', updated_at = ?2, next_attempt_at = ?2
          WHERE id = ?1 AND status = 'processing'";
-    /// Crash recovery of every `processing` event.
-    recover = "UPDATE {p}events SET status = 'pending', retry_count = retry_count + 1,
-             last_error = json_insert(coalesce(last_error, '[]'), '$[#]',
-                 'interrupted: the process stopped during this attempt'),
+    /// Crash recovery of every `processing` event (`?1` now), the interrupted attempt counted
+    /// as `store::recovery` decides (`?2` added to the retry count, `?3` the note appended).
+    recover = "UPDATE {p}events SET status = 'pending', retry_count = retry_count + ?2,
+             last_error = json_insert(coalesce(last_error, '[]'), '$[#]', ?3),
              updated_at = ?1, next_attempt_at = ?1
          WHERE status = 'processing'";
     /// Frees a subscription name for another id.
@@ -121,12 +129,6 @@ statements! {
     subscription_delete = "DELETE FROM {p}subscriptions WHERE id = ?1";
     /// Every subscription.
     subscriptions = "SELECT id, name, event_type, created_at FROM {p}subscriptions ORDER BY created_at, id";
-    /// Dead-letter retry.
-    dlq_retry = "UPDATE {p}events SET status = 'pending', retry_count = 0, last_error = NULL, dlq_at = NULL,
-             updated_at = ?2, next_attempt_at = ?2
-         WHERE id = ?1 AND status = 'dlq'";
-    /// Dead-letter purge.
-    dlq_purge = "DELETE FROM {p}events WHERE status = 'dlq' AND created_at <= ?1";
     /// One chunk of the history purge: done events completed at or before `?1`, at most `?2`.
     history_purge = "DELETE FROM {p}events WHERE rowid IN
          (SELECT rowid FROM {p}events WHERE status = 'done' AND updated_at <= ?1 LIMIT ?2 + 0)";
@@ -192,11 +194,11 @@ impl Sql {
         )
     }
 
-    /// The schema migrations, in order, for this prefix.
-    pub fn migrations(&self) -> Vec<String> {
-        super::schema::MIGRATIONS
+    /// The schema migrations, in order, for this prefix: version and SQL.
+    pub(crate) fn migrations(&self) -> Vec<(i64, String)> {
+        crate::store::migrations::SQLITE
             .iter()
-            .map(|m| fill(m, &self.prefix))
+            .map(|m| (m.version, fill(m.sql, &self.prefix)))
             .collect()
     }
 }
@@ -235,7 +237,7 @@ mod tests {
         assert!(sql.claim_select.contains("INDEXED BY app_events_due"));
         assert!(!sql.claim_select.contains("{"));
         assert!(sql.list(ListFilter::default()).contains("FROM app_events"));
-        assert!(sql.migrations().iter().all(|m| !m.contains("{p}")));
+        assert!(sql.migrations().iter().all(|(_, m)| !m.contains("{p}")));
         Ok(())
     }
 }

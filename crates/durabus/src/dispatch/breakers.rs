@@ -9,6 +9,7 @@ use serde::Serialize;
 use crate::breaker::{Admission, Breaker, BreakerConfig, BreakerSnapshot, Transition};
 use crate::clock::Timestamp;
 use crate::handler::Subscription;
+use crate::sync::lock;
 
 /// One subscription's breaker as [`EventBus::breakers`](crate::EventBus::breakers) reports it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -53,9 +54,7 @@ impl Breakers {
     /// Admits or skips each subscription for one event, all in one step, so two events
     /// dispatched at once cannot both take the half-open probe.
     pub fn admit(&self, ids: &[&str], now: Timestamp) -> Vec<Admission> {
-        let Ok(mut map) = self.map.lock() else {
-            return vec![Admission::Run; ids.len()];
-        };
+        let mut map = lock(&self.map);
         ids.iter()
             .map(|id| {
                 if !map.contains_key(*id) {
@@ -73,36 +72,29 @@ impl Breakers {
 
     /// Records the outcome of an admitted run.
     pub fn record(&self, id: &str, now: Timestamp, success: bool) {
-        if let Ok(mut map) = self.map.lock()
-            && let Some(b) = map.get_mut(id)
-        {
+        if let Some(b) = lock(&self.map).get_mut(id) {
             log(id, b.record(now, success));
         }
     }
 
     /// Releases a probe that was admitted but did not run.
     pub fn release_probe(&self, id: &str) {
-        if let Ok(mut map) = self.map.lock()
-            && let Some(b) = map.get_mut(id)
-        {
+        if let Some(b) = lock(&self.map).get_mut(id) {
             b.release_probe();
         }
     }
 
     pub fn remove(&self, id: &str) {
-        if let Ok(mut map) = self.map.lock() {
-            map.remove(id);
-        }
+        lock(&self.map).remove(id);
     }
 
     /// Every live subscription with its breaker (closed and empty if it never ran).
     pub fn snapshot(&self, subs: Vec<Subscription>, now: Timestamp) -> Vec<SubscriptionBreaker> {
-        let map = self.map.lock().ok();
+        let map = lock(&self.map);
         subs.into_iter()
             .map(|s| {
                 let breaker = map
-                    .as_ref()
-                    .and_then(|m| m.get(&s.id))
+                    .get(&s.id)
                     .map(|b| b.snapshot(now))
                     .unwrap_or_else(|| Breaker::new(self.config).snapshot(now));
                 SubscriptionBreaker {

@@ -1,12 +1,17 @@
-//! The dead-letter queue inspector. It depends only on a [`Store`], so admin tools can use it
-//! without a running bus.
+//! The dead-letter queue as the event bus specification describes it: dead *events*, listed
+//! by page, retried, purged. The operator's view of the same data, with records, groups and
+//! bulk operations, is [`DeadLetters`](super::DeadLetters). It depends only on a [`Store`],
+//! so admin tools can use it without a running bus.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
+use crate::dead_letter::{Action, Actor, ActorKind};
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus};
+use crate::history::redact_events;
+use crate::ops::payloads::ConfigSource;
 use crate::store::{EventQuery, Store};
 
 /// Lists, retries and purges dead events.
@@ -14,6 +19,7 @@ use crate::store::{EventQuery, Store};
 pub struct DlqInspector {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
+    configs: Arc<ConfigSource>,
 }
 
 /// Default page size of [`DlqInspector::list`].
@@ -52,26 +58,47 @@ impl DlqInspector {
 
     /// An inspector on `store` reading `clock`.
     pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        DlqInspector { store, clock }
+        let configs = Arc::new(ConfigSource::new(store.clone()));
+        Self::with_source(store, clock, configs)
+    }
+
+    /// An inspector sharing `configs` (a bus's own).
+    pub(crate) fn with_source(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        configs: Arc<ConfigSource>,
+    ) -> Self {
+        DlqInspector {
+            store,
+            clock,
+            configs,
+        }
     }
 
     /// Dead events, newest first (by `created_at`), one page of them; `Page::default()` is
-    /// the first 100.
+    /// the first 100. Payloads are redacted as configured.
     pub async fn list(&self, page: Page) -> Result<Vec<Event>> {
-        self.store
+        let mut events = self
+            .store
             .list_events(EventQuery {
                 status: Some(EventStatus::Dlq),
                 offset: page.offset,
                 limit: page.limit,
                 ..EventQuery::default()
             })
-            .await
+            .await?;
+        redact_events(&self.configs, &mut events).await?;
+        Ok(events)
     }
 
-    /// One dead event. Fails with [`Error::EventNotFound`] if no dead event has this id.
+    /// One dead event, its payload redacted as configured. Fails with
+    /// [`Error::EventNotFound`] if no dead event has this id.
     pub async fn get(&self, id: EventId) -> Result<Event> {
         match self.store.get_event(id).await? {
-            Some(e) if e.status == EventStatus::Dlq => Ok(e),
+            Some(mut e) if e.status == EventStatus::Dlq => {
+                redact_events(&self.configs, std::slice::from_mut(&mut e)).await?;
+                Ok(e)
+            }
             _ => Err(Error::EventNotFound(
                 id.to_string(),
                 " in the dead-letter queue",
@@ -80,17 +107,20 @@ impl DlqInspector {
     }
 
     /// Sends a dead event back for delivery: full reset (`pending`, `retry_count` 0, errors
-    /// cleared), due now. Handlers that had already succeeded for it are not run again. Fails
-    /// with [`Error::EventNotFound`] if no dead event has this id.
+    /// cleared), due now. Handlers that had already succeeded for it are not run again; its
+    /// dead-letter record keeps every round's errors and counts a manual retry (actor
+    /// `library`). Fails with [`Error::EventNotFound`] if no dead event has this id.
     pub async fn retry(&self, id: EventId) -> Result<()> {
-        if self.store.dlq_retry(id, self.clock.now()).await? {
-            Ok(())
-        } else {
-            Err(Error::EventNotFound(
-                id.to_string(),
-                " in the dead-letter queue",
-            ))
-        }
+        self.get(id).await?;
+        self.store
+            .dlq_act(
+                id,
+                Action::Retry,
+                Actor::new("library", ActorKind::Library),
+                self.clock.now(),
+            )
+            .await
+            .map(|_| ())
     }
 
     /// Deletes dead events created `days` days ago or earlier (`created_at <= now - days`).

@@ -2,6 +2,8 @@
 
 use std::sync::{Arc, RwLock};
 
+use crate::sync::{read, write};
+
 use crate::handler::{Handler, Subscription};
 use crate::pattern::Pattern;
 
@@ -22,45 +24,31 @@ pub(crate) struct Registry {
 
 impl Registry {
     pub fn add(&self, sub: Entry) {
-        if let Ok(mut subs) = self.subs.write() {
-            subs.push(Arc::new(sub));
-        }
+        write(&self.subs).push(Arc::new(sub));
     }
 
     pub fn remove(&self, id: &str) -> bool {
-        let Ok(mut subs) = self.subs.write() else {
-            return false;
-        };
+        let mut subs = write(&self.subs);
         let before = subs.len();
         subs.retain(|s| s.info.id != id);
         subs.len() != before
     }
 
     pub fn has_key(&self, key: &str) -> bool {
-        self.subs
-            .read()
-            .map(|s| s.iter().any(|s| s.key == key))
-            .unwrap_or(false)
+        read(&self.subs).iter().any(|s| s.key == key)
     }
 
     /// Every subscription, in order.
     pub fn all(&self) -> Vec<Subscription> {
-        self.subs
-            .read()
-            .map(|subs| subs.iter().map(|s| s.info.clone()).collect())
-            .unwrap_or_default()
+        read(&self.subs).iter().map(|s| s.info.clone()).collect()
     }
 
     /// The subscriptions whose pattern matches `event_type`.
     pub fn matching(&self, event_type: &str) -> Vec<Arc<Entry>> {
-        self.subs
-            .read()
-            .map(|subs| {
-                subs.iter()
-                    .filter(|s| s.pattern.matches(event_type))
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default()
+        read(&self.subs)
+            .iter()
+            .filter(|s| s.pattern.matches(event_type))
+            .cloned()
+            .collect()
     }
 }

@@ -1,0 +1,182 @@
+//! `durabus payloads list | get | delete` and `durabus payload-config list | set | delete`.
+
+use clap::Subcommand;
+use durabus::{ConfigInput, EventId, Payloads};
+
+use crate::output;
+
+#[derive(Debug, Subcommand)]
+pub enum PayloadsCommand {
+    /// Every snapshot of an event, newest first (payloads redacted as configured).
+    List {
+        /// The event id.
+        event_id: EventId,
+    },
+    /// One snapshot's payload: the newest at STAGE, or the newest of any stage.
+    Get {
+        /// The event id.
+        event_id: EventId,
+        /// The stage (published, error, or an application's own).
+        stage: Option<String>,
+    },
+    /// Soft-delete every snapshot of an event: the bytes are cleared, who, when and why kept.
+    Delete {
+        /// The event id.
+        event_id: EventId,
+        /// Why (required; kept for the audit).
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Every configuration row (a type without one uses `*`, else every stage for 14 days).
+    List,
+    /// Set the configuration of an event type (`*`: the default), replacing its row.
+    Set {
+        /// The event type, or `*`.
+        event_type: String,
+        /// Stages to store, comma-separated (`*`: all; an empty value: none).
+        #[arg(long, value_delimiter = ',', default_value = "*")]
+        stages: Vec<String>,
+        /// Days snapshots are kept.
+        #[arg(long, default_value_t = 14, allow_hyphen_values = true)]
+        retention_days: i64,
+        /// A JSON path operators never see (`$.card.number`); repeat for more.
+        #[arg(long)]
+        redact: Vec<String>,
+        /// Redact those paths in the stored snapshots too.
+        #[arg(long)]
+        redact_before_store: bool,
+    },
+    /// Delete a type's configuration row.
+    Delete {
+        /// The event type, or `*`.
+        event_type: String,
+    },
+}
+
+/// Runs a `payloads` command.
+pub async fn run(
+    db: &crate::cmd::Db,
+    ctx: &super::Context,
+    command: PayloadsCommand,
+) -> anyhow::Result<()> {
+    let store = super::open_existing(db).await?;
+    let payloads = Payloads::new(store.clone());
+    let result = async {
+        match command {
+            PayloadsCommand::List { event_id } => {
+                let list = payloads.list(event_id).await?;
+                if ctx.json {
+                    output::json(&list)
+                } else {
+                    output::snapshots(&list);
+                    Ok(())
+                }
+            }
+            PayloadsCommand::Get { event_id, stage } => {
+                let snap = match stage {
+                    Some(stage) => payloads.get(event_id, &stage).await?,
+                    None => payloads
+                        .list(event_id)
+                        .await?
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("event {event_id} has no payload snapshots")
+                        })?,
+                };
+                if ctx.json {
+                    return output::json(&snap);
+                }
+                match (&snap.payload, &snap.deleted) {
+                    (Some(p), _) => println!("{p}"),
+                    (None, Some(d)) => {
+                        println!("deleted {} by {}: {}", d.deleted_at, d.deleted_by, d.reason)
+                    }
+                    (None, None) => println!("(no payload)"),
+                }
+                Ok(())
+            }
+            PayloadsCommand::Delete { event_id, reason } => {
+                let n = payloads.delete(event_id, &reason, &ctx.actor).await?;
+                if ctx.json {
+                    output::json(&serde_json::json!({ "event_id": event_id, "deleted": n }))
+                } else {
+                    println!("{n} snapshot(s) of event {event_id} deleted");
+                    Ok(())
+                }
+            }
+        }
+    }
+    .await;
+    store.close().await?;
+    result
+}
+
+/// Runs a `payload-config` command.
+pub async fn run_config(
+    db: &crate::cmd::Db,
+    ctx: &super::Context,
+    command: ConfigCommand,
+) -> anyhow::Result<()> {
+    let store = super::open_existing(db).await?;
+    let payloads = Payloads::new(store.clone());
+    let result = async {
+        match command {
+            ConfigCommand::List => {
+                let rows = payloads.configs().await?;
+                if ctx.json {
+                    output::json(&rows)
+                } else {
+                    output::payload_configs(&rows);
+                    Ok(())
+                }
+            }
+            ConfigCommand::Set {
+                event_type,
+                stages,
+                retention_days,
+                redact,
+                redact_before_store,
+            } => {
+                let stages = stages
+                    .into_iter()
+                    .filter(|s| !s.trim().is_empty())
+                    .collect();
+                let row = payloads
+                    .set_config(
+                        &event_type,
+                        ConfigInput {
+                            stages,
+                            retention_days,
+                            redact,
+                            redact_before_store,
+                        },
+                        &ctx.actor,
+                    )
+                    .await?;
+                if ctx.json {
+                    output::json(&row)
+                } else {
+                    output::payload_configs(std::slice::from_ref(&row));
+                    Ok(())
+                }
+            }
+            ConfigCommand::Delete { event_type } => {
+                payloads.delete_config(&event_type).await?;
+                if ctx.json {
+                    output::json(&serde_json::json!({ "deleted": event_type }))
+                } else {
+                    println!("the configuration of {event_type:?} is deleted");
+                    Ok(())
+                }
+            }
+        }
+    }
+    .await;
+    store.close().await?;
+    result
+}

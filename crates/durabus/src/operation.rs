@@ -1,0 +1,193 @@
+//! Durable operations: work over many rows (bulk dead-letter actions, and replays) that is
+//! submitted, then run in chunks that survive a crash and resume, can be cancelled between
+//! chunks, and records who started it and what it did.
+//!
+//! The selection is frozen at submit: the filter plus an upper bound (`bound`, the highest
+//! position that existed then), so rows that arrive later are never swept in. A chunk and the
+//! operation's progress (`cursor`, counts) are written in one transaction: a chunk is done
+//! exactly once, however often the process running it dies.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Timestamp;
+use crate::dead_letter::Actor;
+use crate::error::{Error, Result};
+
+/// Where an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OperationStatus {
+    /// Submitted, not started yet.
+    Pending,
+    /// Running (or its process died and it waits to be resumed).
+    Running,
+    /// Every row of the selection was processed.
+    Completed,
+    /// Stopped by an error it could not get past.
+    Failed,
+    /// Cancelled (between chunks).
+    Cancelled,
+}
+
+impl OperationStatus {
+    /// Every status.
+    pub const ALL: [OperationStatus; 5] = [
+        OperationStatus::Pending,
+        OperationStatus::Running,
+        OperationStatus::Completed,
+        OperationStatus::Failed,
+        OperationStatus::Cancelled,
+    ];
+
+    /// The name stored in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationStatus::Pending => "pending",
+            OperationStatus::Running => "running",
+            OperationStatus::Completed => "completed",
+            OperationStatus::Failed => "failed",
+            OperationStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the operation has finished (completed, failed or cancelled).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            OperationStatus::Completed | OperationStatus::Failed | OperationStatus::Cancelled
+        )
+    }
+}
+
+impl fmt::Display for OperationStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for OperationStatus {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        OperationStatus::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "unknown operation status {s:?}; expected pending, running, completed, failed or cancelled"
+                ))
+            })
+    }
+}
+
+/// An operation as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Operation {
+    /// Its id (a UUID).
+    pub id: String,
+    /// What it does: `dead_letters.retry`, `dead_letters.resolve`, `dead_letters.abandon`,
+    /// `dead_letters.purge`, `replay`.
+    pub kind: String,
+    /// Where it is.
+    pub status: OperationStatus,
+    /// What it was given (the filter, the action's note, …), as JSON.
+    pub params: serde_json::Value,
+    /// The highest position in the selection (fixed at submit).
+    pub bound: i64,
+    /// The last position processed.
+    pub cursor: i64,
+    /// The rest of that position where the store needs more than a number (a replay on
+    /// PostgreSQL walks by creation time, then id: this is the id). Empty otherwise.
+    pub cursor_key: String,
+    /// Rows selected at submit.
+    pub total: u64,
+    /// Rows acted on.
+    pub processed: u64,
+    /// Rows passed over (their state no longer allowed the action, or they were gone).
+    pub skipped: u64,
+    /// Rows that failed.
+    pub errors: u64,
+    /// Who submitted it.
+    pub actor: Actor,
+    /// Whether a cancel was asked for (it stops at the next chunk).
+    pub cancel_requested: bool,
+    /// When it was submitted.
+    pub created_at: Timestamp,
+    /// When it started.
+    pub started_at: Option<Timestamp>,
+    /// When it finished.
+    pub finished_at: Option<Timestamp>,
+    /// When it last changed.
+    pub updated_at: Timestamp,
+    /// Why it failed, if it did.
+    pub last_error: Option<String>,
+    /// What it has done beyond the counts (a replay: events per type, handler failures), as
+    /// JSON.
+    pub summary: Option<serde_json::Value>,
+}
+
+impl Operation {
+    /// How long it ran (or has been running, until `now`), in milliseconds.
+    pub fn duration_ms(&self, now: Timestamp) -> i64 {
+        match self.started_at {
+            Some(start) => self.finished_at.unwrap_or(now).as_millis() - start.as_millis(),
+            None => 0,
+        }
+    }
+}
+
+/// An operation to create.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewOperation {
+    /// Its id.
+    pub id: String,
+    /// What it does.
+    pub kind: String,
+    /// Its parameters.
+    pub params: serde_json::Value,
+    /// The upper bound of the selection.
+    pub bound: i64,
+    /// Rows selected.
+    pub total: u64,
+    /// Who submits it.
+    pub actor: Actor,
+}
+
+/// What one chunk did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct ChunkReport {
+    /// Rows acted on in this chunk.
+    pub processed: u64,
+    /// Rows passed over.
+    pub skipped: u64,
+    /// Rows that failed.
+    pub errors: u64,
+    /// Whether the operation has finished with this chunk (completed or cancelled).
+    pub finished: bool,
+}
+
+/// What one chunk of an operation did, written in one transaction by
+/// [`OperationStore::operation_advance`](crate::store::OperationStore::operation_advance).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Advance {
+    /// The new position.
+    pub cursor: i64,
+    /// The rest of the new position (see [`Operation::cursor_key`]).
+    pub cursor_key: String,
+    /// Rows acted on in this chunk.
+    pub processed: u64,
+    /// Rows passed over.
+    pub skipped: u64,
+    /// Rows that failed.
+    pub errors: u64,
+    /// Events to publish in the same transaction (stored `pending`, the dispatcher woken).
+    pub events: Vec<crate::event::NewEvent>,
+    /// The new summary (`None`: keep it).
+    pub summary: Option<serde_json::Value>,
+    /// Ends the operation with this status (`completed`, `failed` or `cancelled`).
+    pub finish: Option<OperationStatus>,
+    /// Why it failed (with `finish: failed`).
+    pub error: Option<String>,
+}

@@ -1,0 +1,314 @@
+//! [`Payloads`]: the payload store for operators and applications: snapshots per stage, their
+//! configuration per event type, soft delete, retention; and [`ConfigSource`], the
+//! configuration every reader uses to redact what operators see.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::dead_letter::Actor;
+use crate::error::{Error, Result};
+use crate::event::EventId;
+use crate::payload::{
+    ALL_STAGES, ConfigCache, ConfigSet, DEFAULT_RETENTION_DAYS, PayloadConfig, Snapshot, compress,
+    retention_days, snapshot, validate_stage,
+};
+use crate::store::Store;
+use crate::sync::lock;
+
+/// How old the configuration a reader holds may get before it looks at the store again (for
+/// changes made by other processes; changes made through this process apply at once).
+pub const CONFIG_REFRESH: Duration = Duration::from_secs(5);
+
+/// Snapshots one retention step reads, and deletes per transaction.
+const CLEANUP_CHUNK: usize = 1000;
+
+/// The payload configuration, loaded from a store and kept fresh, shared by a bus's publish
+/// path, its dispatcher and every reader that redacts.
+#[derive(Debug)]
+pub struct ConfigSource {
+    store: Arc<dyn Store>,
+    cache: Arc<ConfigCache>,
+    loaded: Mutex<Option<Instant>>,
+}
+
+impl ConfigSource {
+    /// A source on `store`, loaded on first use.
+    pub fn new(store: Arc<dyn Store>) -> ConfigSource {
+        ConfigSource {
+            store,
+            cache: Arc::new(ConfigCache::default()),
+            loaded: Mutex::new(None),
+        }
+    }
+
+    /// The cache it fills (what the hot path reads without waiting).
+    pub fn cache(&self) -> Arc<ConfigCache> {
+        self.cache.clone()
+    }
+
+    /// Loads the configuration from the store now.
+    pub async fn reload(&self) -> Result<Arc<ConfigSet>> {
+        let rows = self.store.payload_config_list().await?;
+        self.cache.replace(ConfigSet::new(rows));
+        *lock(&self.loaded) = Some(Instant::now());
+        Ok(self.cache.get())
+    }
+
+    /// The configuration, reloaded if it is older than [`CONFIG_REFRESH`].
+    pub async fn get(&self) -> Result<Arc<ConfigSet>> {
+        let fresh = lock(&self.loaded).is_some_and(|t| t.elapsed() < CONFIG_REFRESH);
+        if fresh {
+            return Ok(self.cache.get());
+        }
+        self.reload().await
+    }
+
+    /// `text` of an event of `event_type` as an operator may see it.
+    pub async fn redact(&self, event_type: &str, text: &str) -> Result<String> {
+        Ok(self.get().await?.resolve(event_type).redact(text))
+    }
+}
+
+/// A configuration as given by an operator (the API's and the CLI's input).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigInput {
+    /// The stages to store (`["*"]`: every stage, `[]`: none). Defaults to every stage.
+    #[serde(default = "all_stages")]
+    pub stages: Vec<String>,
+    /// Days snapshots are kept; a negative number is refused. Defaults to 14.
+    #[serde(default = "default_days")]
+    pub retention_days: i64,
+    /// JSON paths operators never see. Defaults to none.
+    #[serde(default)]
+    pub redact: Vec<String>,
+    /// Redact them in the stored snapshot too. Defaults to `false`.
+    #[serde(default)]
+    pub redact_before_store: bool,
+}
+
+fn all_stages() -> Vec<String> {
+    vec![ALL_STAGES.to_owned()]
+}
+
+fn default_days() -> i64 {
+    i64::from(DEFAULT_RETENTION_DAYS)
+}
+
+impl Default for ConfigInput {
+    fn default() -> Self {
+        ConfigInput {
+            stages: all_stages(),
+            retention_days: default_days(),
+            redact: Vec::new(),
+            redact_before_store: false,
+        }
+    }
+}
+
+/// The payload store on a store.
+#[derive(Debug, Clone)]
+pub struct Payloads {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    configs: Arc<ConfigSource>,
+}
+
+impl Payloads {
+    /// On `store`, reading the system clock.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self::with_clock(store, Arc::new(SystemClock))
+    }
+
+    /// On `store` reading `clock`.
+    pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
+        let configs = Arc::new(ConfigSource::new(store.clone()));
+        Payloads {
+            store,
+            clock,
+            configs,
+        }
+    }
+
+    /// On `store` sharing `configs` (a bus's own, so changes apply to its publish path at once).
+    pub fn with_source(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        configs: Arc<ConfigSource>,
+    ) -> Self {
+        Payloads {
+            store,
+            clock,
+            configs,
+        }
+    }
+
+    /// Every configuration row, by type.
+    pub async fn configs(&self) -> Result<Vec<PayloadConfig>> {
+        Ok(self.configs.reload().await?.rows().to_vec())
+    }
+
+    /// Sets the configuration of `event_type` (`*` for the default), replacing its row; it
+    /// applies at once in this process and within [`CONFIG_REFRESH`] in others. Fails with
+    /// [`Error::InvalidConfig`] for an empty type, a negative retention, a bad stage or path.
+    pub async fn set_config(
+        &self,
+        event_type: &str,
+        input: ConfigInput,
+        actor: &Actor,
+    ) -> Result<PayloadConfig> {
+        actor.validate()?;
+        let config = PayloadConfig {
+            event_type: event_type.trim().to_owned(),
+            stages: input.stages,
+            retention_days: retention_days(input.retention_days)?,
+            redact: input.redact.iter().map(|p| p.trim().to_owned()).collect(),
+            redact_before_store: input.redact_before_store,
+            updated_at: self.clock.now(),
+            updated_by: actor.name.clone(),
+        };
+        config.validate()?;
+        self.store.payload_config_set(config.clone()).await?;
+        self.configs.reload().await?;
+        Ok(config)
+    }
+
+    /// Deletes the configuration row of `event_type` (it falls back to `*`, then the default).
+    /// Fails with [`Error::NotFound`] when there is none.
+    pub async fn delete_config(&self, event_type: &str) -> Result<()> {
+        if !self.store.payload_config_delete(event_type).await? {
+            return Err(Error::NotFound {
+                what: format!("payload configuration of {event_type:?}"),
+            });
+        }
+        self.configs.reload().await?;
+        Ok(())
+    }
+
+    /// Stores `payload` for event `event_id` of `event_type` at `stage`, if the type's
+    /// configuration stores that stage. Returns whether it was stored.
+    pub async fn store_snapshot<T: Serialize + ?Sized>(
+        &self,
+        event_id: EventId,
+        event_type: &str,
+        stage: &str,
+        payload: &T,
+    ) -> Result<bool> {
+        validate_stage(stage)?;
+        crate::pattern::validate_system_type(event_type)?;
+        let text = serde_json::to_string(payload)
+            .map_err(|e| Error::unserialisable("a snapshot's payload", &e))?;
+        let configs = self.configs.get().await?;
+        let Some(s) = snapshot(
+            event_id,
+            event_type,
+            stage,
+            &text,
+            configs.resolve(event_type),
+            self.clock.now(),
+        )?
+        else {
+            return Ok(false);
+        };
+        self.store.payload_put(vec![s]).await?;
+        Ok(true)
+    }
+
+    /// Every snapshot of an event, newest first, decompressed to the JSON as it was stored and
+    /// redacted as configured. Soft-deleted ones come with who deleted them, when and why, and
+    /// no payload.
+    pub async fn list(&self, event_id: EventId) -> Result<Vec<Snapshot>> {
+        let stored = self.store.payload_list(event_id).await?;
+        let configs = self.configs.get().await?;
+        stored
+            .into_iter()
+            .map(|s| {
+                let mut meta = s.meta;
+                if let Some(blob) = s.blob {
+                    let text = compress::gunzip(&blob)?;
+                    meta.payload = Some(
+                        configs
+                            .resolve(&meta.event_type)
+                            .redact_stage(&meta.stage, &text),
+                    );
+                }
+                Ok(meta)
+            })
+            .collect()
+    }
+
+    /// The newest snapshot of an event at `stage`. Fails with [`Error::NotFound`] when there
+    /// is none; a soft-deleted one is returned (no payload, with its deletion).
+    pub async fn get(&self, event_id: EventId, stage: &str) -> Result<Snapshot> {
+        self.list(event_id)
+            .await?
+            .into_iter()
+            .find(|s| s.stage == stage)
+            .ok_or_else(|| Error::NotFound {
+                what: format!("a {stage:?} snapshot of event {event_id}"),
+            })
+    }
+
+    /// Soft-deletes every snapshot of an event: the bytes are cleared, the rows stay with who,
+    /// when and why. Returns how many. Fails with [`Error::InvalidConfig`] without a reason,
+    /// [`Error::NotFound`] when the event has no snapshot holding bytes.
+    pub async fn delete(&self, event_id: EventId, reason: &str, actor: &Actor) -> Result<u64> {
+        actor.validate()?;
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(Error::InvalidConfig(
+                "deleting payloads needs a reason (it is kept for the audit)".into(),
+            ));
+        }
+        if reason.len() > 255 {
+            return Err(Error::InvalidConfig(
+                "the reason must be at most 255 bytes".into(),
+            ));
+        }
+        let n = self
+            .store
+            .payload_soft_delete(event_id, reason, &actor.name, self.clock.now())
+            .await?;
+        if n == 0 {
+            return Err(Error::NotFound {
+                what: format!("payload snapshots of event {event_id} (none, or all deleted)"),
+            });
+        }
+        Ok(n)
+    }
+
+    /// Retention as of `now`: deletes snapshots past their type's retention, and soft-deleted
+    /// audit rows deleted `audit_retention` ago or earlier, in chunks. Returns both counts.
+    pub async fn cleanup(&self, now: Timestamp, audit_retention: Duration) -> Result<(u64, u64)> {
+        let retention = self.configs.reload().await?.retention(now);
+        let mut expired = 0;
+        let mut after = None;
+        loop {
+            let (keys, next) = self
+                .store
+                .payload_expired(&retention, after, CLEANUP_CHUNK)
+                .await?;
+            expired += self.store.payload_delete(keys).await?;
+            match next {
+                Some(k) => after = Some(k),
+                None => break,
+            }
+        }
+        let cutoff = now.minus(audit_retention);
+        let mut audits = 0;
+        loop {
+            let n = self
+                .store
+                .payload_purge_deleted(cutoff, CLEANUP_CHUNK)
+                .await?;
+            audits += n;
+            if n < CLEANUP_CHUNK as u64 {
+                break;
+            }
+        }
+        Ok((expired, audits))
+    }
+}

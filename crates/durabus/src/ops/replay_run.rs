@@ -1,0 +1,503 @@
+//! Running a replay: pages of the frozen selection in the store's walk order, each page's
+//! events and the operation's progress (cursor, counts, summary) written in one transaction,
+//! paced by a token bucket on the injected clock.
+//!
+//! Re-published, every event of a page is written with the cursor that passes it: a replay
+//! killed at any point resumes after the last page written, so no event is replayed twice and
+//! none is skipped. Handed to a handler, each event's progress is written right after its
+//! handler returns: a crash can repeat only the event whose handler was running.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::operations::{RunOptions, passing};
+use super::replays::ReplayHooks;
+use crate::clock::{Clock, sleep_until};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::{Event, NewEvent};
+use crate::handler::{CatchUnwind, Handler, panic_message};
+use crate::operation::{Advance, Operation, OperationStatus};
+use crate::replay::{
+    self, ReplayCompleted, ReplayMode, ReplayParams, ReplayStarted, ReplaySummary, TokenBucket,
+};
+use crate::store::{Position, Store};
+
+/// What a run works with.
+pub(crate) struct Run<'a> {
+    pub store: &'a Arc<dyn Store>,
+    pub clock: &'a Arc<dyn Clock>,
+    pub options: &'a RunOptions,
+    pub hooks: &'a ReplayHooks,
+}
+
+/// What the run knows beyond the stored operation: kept in step with what was written.
+struct State {
+    params: ReplayParams,
+    summary: ReplaySummary,
+    cursor: Position,
+    /// The walk's upper bound, frozen at submit.
+    bound: Position,
+    bucket: Option<TokenBucket>,
+    chunk: usize,
+}
+
+/// Counts of one step.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    processed: u64,
+    skipped: u64,
+    errors: u64,
+}
+
+impl Run<'_> {
+    /// Runs replay `op` (claimed by this runner) until it ends or the runner pauses.
+    pub async fn drive(
+        &self,
+        mut op: Operation,
+        progress: &mut (dyn FnMut(&Operation) + Send),
+    ) -> Result<Operation> {
+        let mut state = match self.state(&op) {
+            Ok(state) => state,
+            Err(e) => {
+                self.give_up(&op, &e).await;
+                return Err(e);
+            }
+        };
+        let mut failures = 0u32;
+        loop {
+            if op.status.is_finished() {
+                return Ok(op);
+            }
+            if self.options.pause.load(Ordering::SeqCst) {
+                self.store
+                    .operation_release(&op.id, &self.options.holder, self.clock.now())
+                    .await?;
+                return Ok(op);
+            }
+            let step = if op.cancel_requested {
+                self.finish(&op, &mut state, OperationStatus::Cancelled, End::default())
+                    .await
+            } else if let Some(missing) = self.missing_hooks(&state.params) {
+                self.store
+                    .operation_release(&op.id, &self.options.holder, self.clock.now())
+                    .await?;
+                return Err(Error::Conflict {
+                    what: format!("replay {}", op.id),
+                    status: op.status.as_str().to_owned(),
+                    message: format!(
+                        "replay {} needs the {missing} of the process that started it; that process resumes it with the same hooks (Replays::run), or cancel it",
+                        op.id
+                    ),
+                });
+            } else {
+                self.step(&op, &mut state).await
+            };
+            match step {
+                Ok(next) => {
+                    failures = 0;
+                    op = next;
+                    progress(&op);
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    if let Some(pause) = passing(&e, &mut failures) {
+                        tracing::warn!(operation = %op.id, error = %e, ?pause, "a replay's step failed; retrying");
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                    if e.kind() == ErrorKind::Conflict {
+                        return Err(e);
+                    }
+                    tracing::error!(operation = %op.id, error = %e, "a replay failed");
+                    self.give_up(&op, &e).await;
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn state(&self, op: &Operation) -> Result<State> {
+        let params = ReplayParams::from_json(&op.id, &op.params)?;
+        let summary = ReplaySummary::from_json(&op.id, op.summary.as_ref())?;
+        let bucket = params
+            .rate_limit
+            .map(|rate| TokenBucket::new(rate, self.clock.now()));
+        Ok(State {
+            bound: Position {
+                at: op.bound,
+                key: params.bound_key.clone(),
+            },
+            params,
+            summary,
+            cursor: Position {
+                at: op.cursor,
+                key: op.cursor_key.clone(),
+            },
+            bucket,
+            chunk: self
+                .options
+                .chunk
+                .unwrap_or_else(|| self.store.backend().bulk_chunk())
+                .max(1),
+        })
+    }
+
+    fn missing_hooks(&self, params: &ReplayParams) -> Option<&'static str> {
+        if params.mode == ReplayMode::Handler && self.hooks.handler_ref().is_none() {
+            Some("handler")
+        } else if params.attached && self.hooks.is_empty() {
+            Some("filter")
+        } else {
+            None
+        }
+    }
+
+    /// Fails the replay (announcing its end if it had started); if even that cannot be
+    /// written, marks it failed plainly.
+    async fn give_up(&self, op: &Operation, e: &Error) {
+        let failed = match self.state(op) {
+            Ok(mut state) => {
+                let end = End {
+                    error: Some(e.to_string()),
+                    ..End::default()
+                };
+                self.finish(op, &mut state, OperationStatus::Failed, end)
+                    .await
+                    .map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(again) = failed {
+            tracing::warn!(operation = %op.id, error = %again, "could not record a replay's failure with its announcement");
+            let _ = self
+                .store
+                .operation_fail(
+                    &op.id,
+                    &self.options.holder,
+                    &e.to_string(),
+                    self.clock.now(),
+                )
+                .await;
+        }
+    }
+
+    /// Waits for the rate limit's tokens. Returns how many events the next page may hold, or
+    /// `None` if the runner was asked to pause meanwhile.
+    async fn pace(&self, state: &mut State) -> Option<usize> {
+        let chunk = state.chunk;
+        let Some(bucket) = state.bucket.as_mut() else {
+            return Some(chunk);
+        };
+        let want = (chunk as u64).min(bucket.burst());
+        loop {
+            let now = self.clock.now();
+            let wait = bucket.wait(now, want);
+            if wait.is_zero() {
+                let n = bucket.available(now).min(chunk as u64);
+                return Some(usize::try_from(n).unwrap_or(chunk).max(1));
+            }
+            if self.options.pause.load(Ordering::SeqCst) {
+                return None;
+            }
+            sleep_until(self.clock.as_ref(), now.plus(wait)).await;
+        }
+    }
+
+    /// One page: read, replay, write.
+    async fn step(&self, op: &Operation, state: &mut State) -> Result<Operation> {
+        let Some(limit) = self.pace(state).await else {
+            return Ok(op.clone());
+        };
+        // One more than the page holds: a page that ends the selection says so, and the
+        // replay ends in the same transaction.
+        let mut page = self
+            .store
+            .walk(
+                &state.params.selection,
+                &state.bound,
+                &state.cursor,
+                limit + 1,
+            )
+            .await?;
+        let exhausted = page.len() <= limit;
+        page.truncate(limit);
+        match state.params.mode {
+            ReplayMode::Republish => self.republish(op, state, page, exhausted).await,
+            ReplayMode::Handler => self.hand_over(op, state, page, exhausted).await,
+        }
+    }
+
+    async fn republish(
+        &self,
+        op: &Operation,
+        state: &mut State,
+        page: Vec<(Position, Event)>,
+        exhausted: bool,
+    ) -> Result<Operation> {
+        let mut summary = state.summary.clone();
+        let mut tally = Tally::default();
+        let mut cursor = state.cursor.clone();
+        let mut events = Vec::with_capacity(page.len() + 1);
+        for (position, event) in page {
+            cursor = position;
+            if !self.hooks.accepts(&event) {
+                tally.skipped += 1;
+                continue;
+            }
+            summary.count(&event.event_type);
+            events.push(replay::republish(&event, &op.id));
+            tally.processed += 1;
+        }
+        if let Some(bucket) = state.bucket.as_mut() {
+            bucket.take(self.clock.now(), tally.processed);
+        }
+        let end = End {
+            tally,
+            cursor,
+            events,
+            summary: Some(summary),
+            error: None,
+        };
+        if exhausted {
+            return self
+                .finish(op, state, OperationStatus::Completed, end)
+                .await;
+        }
+        self.advance(op, state, end).await
+    }
+
+    async fn hand_over(
+        &self,
+        op: &Operation,
+        state: &mut State,
+        page: Vec<(Position, Event)>,
+        exhausted: bool,
+    ) -> Result<Operation> {
+        let Some(handler) = self.hooks.handler_ref() else {
+            return Err(Error::Internal(
+                "a handler replay ran without its handler".into(),
+            ));
+        };
+        let mut current = op.clone();
+        let mut skipped = Tally::default();
+        let mut cursor = state.cursor.clone();
+        for (position, event) in page {
+            cursor = position.clone();
+            if !self.hooks.accepts(&event) {
+                skipped.skipped += 1;
+                continue;
+            }
+            let (id, event_type) = (event.id, event.event_type.clone());
+            let outcome = self.call(handler, event).await;
+            if let Some(bucket) = state.bucket.as_mut() {
+                bucket.take(self.clock.now(), 1);
+            }
+            let mut summary = state.summary.clone();
+            let mut tally = Tally {
+                skipped: skipped.skipped,
+                ..Tally::default()
+            };
+            match outcome {
+                Ok(()) => {
+                    summary.count(&event_type);
+                    tally.processed = 1;
+                }
+                Err(error) => {
+                    summary.fail(id, error);
+                    tally.errors = 1;
+                }
+            }
+            skipped = Tally::default();
+            let end = End {
+                tally,
+                cursor: position,
+                events: Vec::new(),
+                summary: Some(summary),
+                error: None,
+            };
+            current = self.advance(&current, state, end).await?;
+            if current.cancel_requested || self.options.pause.load(Ordering::SeqCst) {
+                return Ok(current);
+            }
+        }
+        let end = End {
+            tally: skipped,
+            cursor,
+            events: Vec::new(),
+            summary: None,
+            error: None,
+        };
+        if exhausted {
+            return self
+                .finish(&current, state, OperationStatus::Completed, end)
+                .await;
+        }
+        if end.tally.skipped > 0 || end.cursor != state.cursor {
+            return self.advance(&current, state, end).await;
+        }
+        Ok(current)
+    }
+
+    /// Runs the handler on one event under its timeout, a panic caught.
+    async fn call(
+        &self,
+        handler: &Arc<dyn Handler>,
+        event: Event,
+    ) -> std::result::Result<(), String> {
+        let fut =
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call(event))) {
+                Ok(fut) => fut,
+                Err(panic) => {
+                    return Err(format!(
+                        "handler panicked: {}",
+                        panic_message(panic.as_ref())
+                    ));
+                }
+            };
+        let timeout = self.hooks.handler_timeout();
+        match tokio::time::timeout(timeout, CatchUnwind(fut)).await {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(e))) => Err(e.to_string()),
+            Ok(Err(panic)) => Err(format!("handler panicked: {panic}")),
+            Err(_) => Err(format!(
+                "handler timed out after {} ms",
+                timeout.as_millis()
+            )),
+        }
+    }
+
+    /// Writes one step (announcing the start with the first) and, once written, keeps its
+    /// cursor and summary.
+    async fn advance(&self, op: &Operation, state: &mut State, mut end: End) -> Result<Operation> {
+        let mut summary = end.summary.take().unwrap_or_else(|| state.summary.clone());
+        if !summary.announced {
+            end.events.insert(0, self.started(op, state)?);
+            summary.announced = true;
+        }
+        let advance = Advance {
+            cursor: end.cursor.at,
+            cursor_key: end.cursor.key.clone(),
+            processed: end.tally.processed,
+            skipped: end.tally.skipped,
+            errors: end.tally.errors,
+            events: end.events,
+            summary: Some(summary.to_json()?),
+            finish: None,
+            error: None,
+        };
+        let next = self.commit(&op.id, advance).await?;
+        state.cursor = end.cursor;
+        state.summary = summary;
+        Ok(next)
+    }
+
+    /// Ends the replay with `status`, writing the last step with it. A completed replay
+    /// counts the events selected at submit that it never met (deleted since, or no longer
+    /// in the statuses asked for) as skipped. The end is announced if the start was, or if
+    /// the replay completed (then both are).
+    async fn finish(
+        &self,
+        op: &Operation,
+        state: &mut State,
+        status: OperationStatus,
+        mut end: End,
+    ) -> Result<Operation> {
+        let mut summary = end.summary.take().unwrap_or_else(|| state.summary.clone());
+        let mut tally = end.tally;
+        if status == OperationStatus::Completed {
+            let seen = op.processed
+                + op.skipped
+                + op.errors
+                + tally.processed
+                + tally.skipped
+                + tally.errors;
+            tally.skipped += op.total.saturating_sub(seen);
+        }
+        if !summary.announced && status == OperationStatus::Completed {
+            end.events.insert(0, self.started(op, state)?);
+            summary.announced = true;
+        }
+        if summary.announced {
+            let now = self.clock.now();
+            let started = op.started_at.unwrap_or(now);
+            end.events.push(replay::completed_event(&ReplayCompleted {
+                operation: &op.id,
+                status: status.as_str(),
+                processed: op.processed + tally.processed,
+                skipped: op.skipped + tally.skipped,
+                errors: op.errors + tally.errors,
+                duration_ms: now.as_millis() - started.as_millis(),
+                actor: &op.actor,
+            })?);
+        }
+        let cursor = if end.cursor == Position::default() {
+            state.cursor.clone()
+        } else {
+            end.cursor.clone()
+        };
+        let advance = Advance {
+            cursor: cursor.at,
+            cursor_key: cursor.key.clone(),
+            processed: tally.processed,
+            skipped: tally.skipped,
+            errors: tally.errors,
+            events: end.events,
+            summary: Some(summary.to_json()?),
+            finish: Some(status),
+            error: end.error,
+        };
+        let next = self.commit(&op.id, advance).await?;
+        state.cursor = cursor;
+        state.summary = summary;
+        Ok(next)
+    }
+
+    fn started(&self, op: &Operation, state: &State) -> Result<NewEvent> {
+        replay::started_event(&ReplayStarted {
+            operation: &op.id,
+            actor: &op.actor,
+            mode: state.params.mode,
+            selection: &state.params.selection,
+            total: op.total,
+            rate_limit: state.params.rate_limit,
+        })
+    }
+
+    /// Writes `advance`, trying again while the database is busy or briefly unreachable (a
+    /// handler must not run again because a write failed).
+    async fn commit(&self, id: &str, advance: Advance) -> Result<Operation> {
+        let mut failures = 0u32;
+        loop {
+            let result = self
+                .store
+                .operation_advance(
+                    id,
+                    &self.options.holder,
+                    advance.clone(),
+                    self.options.lease,
+                    self.clock.now(),
+                )
+                .await;
+            match result {
+                Ok(op) => return Ok(op),
+                Err(e) => match passing(&e, &mut failures) {
+                    Some(pause) => {
+                        tracing::warn!(operation = id, error = %e, ?pause, "writing a replay's progress failed; retrying");
+                        tokio::time::sleep(pause).await;
+                    }
+                    None => return Err(e),
+                },
+            }
+        }
+    }
+}
+
+/// What a step writes.
+#[derive(Default)]
+struct End {
+    tally: Tally,
+    cursor: Position,
+    events: Vec<NewEvent>,
+    summary: Option<ReplaySummary>,
+    error: Option<String>,
+}

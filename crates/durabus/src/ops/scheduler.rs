@@ -1,0 +1,415 @@
+//! The in-process scheduler: maintenance jobs on cron expressions (croner), in UTC.
+//!
+//! | job | default schedule | what it does |
+//! |---|---|---|
+//! | `dead-letter-auto-retry` | `*/15 * * * *` | retries pending dead letters whose next auto retry is due |
+//! | `cleanup-dead-letters` | `0 3 * * *` | deletes resolved and abandoned records (and their dead events) last changed more than 30 days ago |
+//! | `cleanup-history` | `0 3 * * *` | deletes `done` events completed more than 30 days ago |
+//! | `cleanup-payloads` | `0 3 * * *` | deletes payload snapshots past their type's retention (14 days by default), and soft-deleted snapshots' audit rows after the dead-letter retention |
+//!
+//! Each tick of a job runs once across every process on the database (the store decides which
+//! process takes it); a tick that comes while the previous run is still going is skipped, not
+//! stacked. Time comes from the bus's clock, so tests drive the schedule with a
+//! [`ManualClock`](crate::ManualClock).
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::clock::{Clock, Timestamp};
+use crate::error::{Error, ErrorKind, Result};
+use crate::history::History;
+use crate::shutdown::Shutdown;
+use crate::store::{JobRow, JobStart, Store};
+
+/// Rows one chunk of a job touches (one transaction each).
+const CHUNK: usize = 500;
+/// How long a job run holds its lock before another process may take the job over.
+const RUN_TTL: Duration = Duration::from_secs(15 * 60);
+
+/// This process's name as the holder of leases and locks: host, pid and a random part.
+pub(crate) fn worker_name() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    let tag = uuid::Uuid::now_v7().simple().to_string();
+    format!("{host}:{}:{}", std::process::id(), &tag[tag.len() - 8..])
+}
+
+/// One job's schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobConfig {
+    /// A cron expression (five fields, UTC): minute, hour, day of month, month, day of week.
+    pub schedule: String,
+    /// Whether it runs on its schedule. `run_now` works either way.
+    pub enabled: bool,
+}
+
+impl JobConfig {
+    fn on(schedule: &str) -> JobConfig {
+        JobConfig {
+            schedule: schedule.to_owned(),
+            enabled: true,
+        }
+    }
+}
+
+/// The scheduler's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerConfig {
+    /// Whether a started bus runs the scheduler. Defaults to `true`.
+    pub enabled: bool,
+    /// `dead-letter-auto-retry`. Defaults to every 15 minutes.
+    pub auto_retry: JobConfig,
+    /// `cleanup-dead-letters`. Defaults to daily at 03:00.
+    pub dead_letter_cleanup: JobConfig,
+    /// How long resolved and abandoned dead letters are kept after their last change.
+    /// Defaults to 30 days.
+    pub dead_letter_retention: Duration,
+    /// `cleanup-history`. Defaults to daily at 03:00.
+    pub history_cleanup: JobConfig,
+    /// How long completed events are kept. Defaults to 30 days.
+    pub history_retention: Duration,
+    /// `cleanup-payloads`. Defaults to daily at 03:00. (Each type's retention is in its payload
+    /// configuration; soft-deleted snapshots' audit rows are kept `dead_letter_retention`.)
+    pub payload_cleanup: JobConfig,
+}
+
+impl SchedulerConfig {
+    /// Checks every schedule: fails with [`Error::InvalidConfig`] for one that is not a cron
+    /// expression.
+    pub fn validate(&self) -> Result<()> {
+        for (name, c) in self.named() {
+            parse(name, c)?;
+        }
+        Ok(())
+    }
+
+    fn named(&self) -> [(&'static str, &JobConfig); 4] {
+        [
+            (JOBS[0], &self.auto_retry),
+            (JOBS[1], &self.dead_letter_cleanup),
+            (JOBS[2], &self.history_cleanup),
+            (JOBS[3], &self.payload_cleanup),
+        ]
+    }
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            enabled: true,
+            auto_retry: JobConfig::on("*/15 * * * *"),
+            dead_letter_cleanup: JobConfig::on("0 3 * * *"),
+            dead_letter_retention: Duration::from_secs(30 * 86_400),
+            history_cleanup: JobConfig::on("0 3 * * *"),
+            history_retention: Duration::from_secs(30 * 86_400),
+            payload_cleanup: JobConfig::on("0 3 * * *"),
+        }
+    }
+}
+
+/// The jobs' names.
+pub const JOBS: [&str; 4] = [
+    "dead-letter-auto-retry",
+    "cleanup-dead-letters",
+    "cleanup-history",
+    "cleanup-payloads",
+];
+
+/// A job as listed: its schedule and its last run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobInfo {
+    /// Its name.
+    pub name: String,
+    /// Its cron expression.
+    pub schedule: String,
+    /// Whether it runs on its schedule.
+    pub enabled: bool,
+    /// When it runs next (if enabled).
+    pub next_run: Option<Timestamp>,
+    /// Its bookkeeping, if it ever ran.
+    pub last: Option<JobRow>,
+}
+
+/// What one run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobReport {
+    /// The job.
+    pub name: String,
+    /// How it ended: `ok`, `failed`, or `skipped` (another run was going).
+    pub status: String,
+    /// What it did.
+    pub message: String,
+}
+
+struct Job {
+    name: &'static str,
+    cron: croner::Cron,
+    config: JobConfig,
+}
+
+fn parse(name: &str, config: &JobConfig) -> Result<croner::Cron> {
+    croner::Cron::from_str(&config.schedule).map_err(|e| {
+        Error::InvalidConfig(format!(
+            "job {name}: {:?} is not a cron expression: {e}",
+            config.schedule
+        ))
+    })
+}
+
+/// The time in chrono, to the second (cron has no finer field).
+fn to_chrono(t: Timestamp) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(t.as_millis().div_euclid(1000), 0)
+}
+
+fn from_chrono(t: chrono::DateTime<chrono::Utc>) -> Timestamp {
+    Timestamp(t.timestamp_millis())
+}
+
+impl Job {
+    fn next_after(&self, t: Timestamp) -> Option<Timestamp> {
+        self.cron
+            .find_next_occurrence(&to_chrono(t)?, false)
+            .ok()
+            .map(from_chrono)
+    }
+}
+
+/// Runs the maintenance jobs on their schedules.
+#[derive(Clone)]
+pub struct Scheduler {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    config: SchedulerConfig,
+    jobs: Arc<Vec<Job>>,
+    holder: String,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("config", &self.config)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// A scheduler on `store` and `clock`. Fails with [`Error::InvalidConfig`] for a schedule
+    /// that is not a cron expression.
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        config: SchedulerConfig,
+    ) -> Result<Scheduler> {
+        let jobs = config
+            .named()
+            .into_iter()
+            .map(|(name, c)| {
+                Ok(Job {
+                    name,
+                    cron: parse(name, c)?,
+                    config: c.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Scheduler {
+            store,
+            clock,
+            config,
+            jobs: Arc::new(jobs),
+            holder: worker_name(),
+        })
+    }
+
+    /// Every job with its schedule, next run and last run.
+    pub async fn jobs(&self) -> Result<Vec<JobInfo>> {
+        let rows = self.store.job_list().await?;
+        let now = self.clock.now();
+        Ok(self
+            .jobs
+            .iter()
+            .map(|j| JobInfo {
+                name: j.name.to_owned(),
+                schedule: j.config.schedule.clone(),
+                enabled: j.config.enabled,
+                next_run: j.config.enabled.then(|| j.next_after(now)).flatten(),
+                last: rows.iter().find(|r| r.name == j.name).cloned(),
+            })
+            .collect())
+    }
+
+    /// Runs job `name` now, outside its schedule. Fails with [`Error::NotFound`] for an
+    /// unknown job; a run already going elsewhere gives a report with status `skipped`.
+    pub async fn run_now(&self, name: &str) -> Result<JobReport> {
+        let job = self
+            .jobs
+            .iter()
+            .find(|j| j.name == name)
+            .ok_or_else(|| Error::NotFound {
+                what: format!("job {name:?} (jobs: {})", JOBS.join(", ")),
+            })?;
+        self.fire(job.name, None).await
+    }
+
+    /// Starts a run of `name` for `tick` (or by hand), runs it and records how it ended.
+    async fn fire(&self, name: &'static str, tick: Option<Timestamp>) -> Result<JobReport> {
+        let now = self.clock.now();
+        let report = |status: &str, message: String| JobReport {
+            name: name.to_owned(),
+            status: status.to_owned(),
+            message,
+        };
+        match self
+            .store
+            .job_begin(name, tick, &self.holder, RUN_TTL, now)
+            .await?
+        {
+            JobStart::Started => {}
+            JobStart::AlreadyRan => {
+                return Ok(report("skipped", "this tick ran in another process".into()));
+            }
+            JobStart::Busy => {
+                tracing::info!(job = name, "skipped: the previous run is still going");
+                return Ok(report("skipped", "the previous run is still going".into()));
+            }
+        }
+        // A tick's work is done as of the tick (a late run retries what was due at its tick,
+        // not what came due since); a run by hand, as of now.
+        let result = self.work(name, tick.unwrap_or(now)).await;
+        let (status, message) = match &result {
+            Ok(m) => ("ok", m.clone()),
+            Err(e) => ("failed", e.to_string()),
+        };
+        if let Err(e) = self
+            .store
+            .job_end(name, &self.holder, status, &message, self.clock.now())
+            .await
+        {
+            tracing::warn!(job = name, error = %e, "could not record the end of a job run");
+        }
+        match result {
+            Ok(message) => {
+                tracing::info!(job = name, %message, "job ran");
+                Ok(report("ok", message))
+            }
+            Err(e) => {
+                tracing::error!(job = name, error = %e, "job failed");
+                Ok(report("failed", e.to_string()))
+            }
+        }
+    }
+
+    /// The work of each job, as of `now`.
+    async fn work(&self, name: &str, now: Timestamp) -> Result<String> {
+        match name {
+            "dead-letter-auto-retry" => {
+                let mut total = 0;
+                loop {
+                    let n = self.store.dlq_auto_retry(now, CHUNK).await?;
+                    total += n;
+                    if n < CHUNK as u64 {
+                        break;
+                    }
+                }
+                Ok(format!("{total} dead letter(s) retried"))
+            }
+            "cleanup-dead-letters" => {
+                let cutoff = now.minus(self.config.dead_letter_retention);
+                let mut total = 0;
+                loop {
+                    let n = self.store.dlq_cleanup(cutoff, CHUNK).await?;
+                    total += n;
+                    if n < CHUNK as u64 {
+                        break;
+                    }
+                }
+                Ok(format!("{total} closed dead letter(s) deleted"))
+            }
+            "cleanup-history" => {
+                let n = History::with_clock(self.store.clone(), self.clock.clone())
+                    .purge_before(now.minus(self.config.history_retention))
+                    .await?;
+                Ok(format!("{n} completed event(s) deleted"))
+            }
+            "cleanup-payloads" => {
+                let (expired, audits) =
+                    super::payloads::Payloads::with_clock(self.store.clone(), self.clock.clone())
+                        .cleanup(now, self.config.dead_letter_retention)
+                        .await?;
+                Ok(format!(
+                    "{expired} expired snapshot(s) and {audits} deletion record(s) removed"
+                ))
+            }
+            other => Err(Error::NotFound {
+                what: format!("job {other:?}"),
+            }),
+        }
+    }
+
+    /// Runs the enabled jobs on their schedules until `shutdown`. When the clock has moved
+    /// past several ticks of a job (a busy process, a manual clock advanced by hours), the job
+    /// runs once, for the latest of them.
+    pub(crate) async fn run(self, mut shutdown: Shutdown) {
+        let enabled: Vec<&Job> = self.jobs.iter().filter(|j| j.config.enabled).collect();
+        if enabled.is_empty() {
+            return;
+        }
+        let mut jumps = self.clock.jumps();
+        let mut next: Vec<Option<Timestamp>> = enabled
+            .iter()
+            .map(|j| j.next_after(self.clock.now()))
+            .collect();
+        loop {
+            let now = self.clock.now();
+            for (job, due) in enabled.iter().zip(next.iter_mut()) {
+                let Some(at) = *due else { continue };
+                if at > now {
+                    continue;
+                }
+                // The latest tick not after now: earlier missed ones are not run again.
+                let tick = job
+                    .cron
+                    .find_previous_occurrence(&to_chrono(now).unwrap_or_default(), true)
+                    .map(from_chrono)
+                    .unwrap_or(at);
+                if let Err(e) = self.fire(job.name, Some(tick.max(at))).await
+                    && e.kind() != ErrorKind::Closed
+                {
+                    tracing::warn!(job = job.name, error = %e, "could not run a job");
+                }
+                *due = job.next_after(self.clock.now().max(tick));
+                if shutdown.is_shutdown() {
+                    return;
+                }
+            }
+            let earliest = next.iter().flatten().min().copied();
+            let wait = earliest
+                .map(|t| self.clock.now().until(t))
+                .unwrap_or(Duration::from_secs(60))
+                .min(Duration::from_secs(60));
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.recv() => return,
+                _ = jumped(&mut jumps) => {}
+            }
+        }
+    }
+}
+
+async fn jumped(jumps: &mut Option<tokio::sync::watch::Receiver<i64>>) {
+    match jumps {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}

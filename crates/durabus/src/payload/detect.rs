@@ -1,0 +1,212 @@
+//! Content flags, set automatically on every snapshot.
+//!
+//! **`contains_media`** is set when any string in the payload is
+//! - a data URI of a media type: `data:image/…`, `data:audio/…`, `data:video/…` or
+//!   `data:application/pdf…`; or
+//! - the value of a MIME-type field (`mime`, `mimetype`, `mime_type`, `mimeType`,
+//!   `content_type`, `contentType`, `media_type`, `mediaType`) naming an image, audio or video
+//!   type, or `application/pdf`.
+//!
+//! **`contains_base64`** is set when any string in the payload is a `;base64,` data URI, or
+//! holds a run of at least 64 characters of the base64 alphabet (`A–Z a–z 0–9 + /`, or the URL
+//! alphabet `- _`) that
+//! - uses upper-case letters, lower-case letters and digits (so hex digests, long words and
+//!   numbers are not taken for base64), and
+//! - decodes cleanly: a length that is a whole number of 4-character groups (with `=` padding
+//!   only at the end), or, without padding, a length that is not 1 more than a multiple of 4.
+
+use serde_json::Value;
+
+/// The flags of one payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContentFlags {
+    /// It carries media (see the module docs).
+    pub contains_media: bool,
+    /// It carries base64-encoded data.
+    pub contains_base64: bool,
+}
+
+/// Shortest run of base64 alphabet taken for encoded data.
+pub const MIN_BASE64_RUN: usize = 64;
+
+const MIME_KEYS: [&str; 8] = [
+    "mime",
+    "mimetype",
+    "mime_type",
+    "mimeType",
+    "content_type",
+    "contentType",
+    "media_type",
+    "mediaType",
+];
+
+fn media_mime(s: &str) -> bool {
+    let s = s.trim().to_ascii_lowercase();
+    s.starts_with("image/")
+        || s.starts_with("audio/")
+        || s.starts_with("video/")
+        || s.starts_with("application/pdf")
+}
+
+fn media_data_uri(s: &str) -> bool {
+    s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:")) && media_mime(&s[5..])
+}
+
+fn b64_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'-' | b'_')
+}
+
+/// Whether `run` (alphabet characters, then at most two `=`) decodes cleanly.
+fn decodes(body: &[u8], padding: usize) -> bool {
+    if padding > 2 {
+        return false;
+    }
+    let standard = body
+        .iter()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/'));
+    let url = body
+        .iter()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_'));
+    if !(standard || url) {
+        return false;
+    }
+    if padding > 0 {
+        (body.len() + padding) % 4 == 0
+    } else {
+        body.len() % 4 != 1
+    }
+}
+
+fn mixed(body: &[u8]) -> bool {
+    body.iter().any(u8::is_ascii_uppercase)
+        && body.iter().any(u8::is_ascii_lowercase)
+        && body.iter().any(u8::is_ascii_digit)
+}
+
+/// Whether `s` holds base64 data (see the module docs).
+pub fn looks_base64(s: &str) -> bool {
+    if s.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("data:")) && s.contains(";base64,") {
+        return true;
+    }
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if !b64_char(b[i]) {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && b64_char(b[i]) {
+            i += 1;
+        }
+        let body = &b[start..i];
+        let mut padding = 0;
+        while i < b.len() && b[i] == b'=' {
+            padding += 1;
+            i += 1;
+        }
+        if body.len() >= MIN_BASE64_RUN && mixed(body) && decodes(body, padding) {
+            return true;
+        }
+    }
+    false
+}
+
+fn walk(value: &Value, key: Option<&str>, flags: &mut ContentFlags) {
+    match value {
+        Value::String(s) => {
+            if media_data_uri(s) || (key.is_some_and(|k| MIME_KEYS.contains(&k)) && media_mime(s)) {
+                flags.contains_media = true;
+            }
+            if !flags.contains_base64 && looks_base64(s) {
+                flags.contains_base64 = true;
+            }
+        }
+        Value::Array(items) => {
+            for v in items {
+                walk(v, None, flags);
+            }
+        }
+        Value::Object(map) => {
+            for (k, v) in map {
+                walk(v, Some(k), flags);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The flags of the JSON text `payload` (a text that is not JSON has none).
+pub fn detect(payload: &str) -> ContentFlags {
+    let mut flags = ContentFlags::default();
+    if let Ok(value) = serde_json::from_str::<Value>(payload) {
+        walk(&value, None, &mut flags);
+    }
+    flags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+    fn flags(v: serde_json::Value) -> ContentFlags {
+        detect(&v.to_string())
+    }
+
+    #[test]
+    fn media_is_found_in_data_uris_and_mime_fields() {
+        for yes in [
+            json!({"avatar": format!("data:image/png;base64,{B64}")}),
+            json!({"file": {"mime_type": "audio/ogg", "url": "https://x"}}),
+            json!({"attachments": [{"contentType": "application/pdf"}]}),
+            json!({"clip": "DATA:video/mp4,abc"}),
+        ] {
+            assert!(flags(yes.clone()).contains_media, "{yes}");
+        }
+        for no in [
+            json!({"note": "image/png is a format"}),
+            json!({"mime_type": "text/plain"}),
+            json!({"url": "https://example.com/cat.png"}),
+            json!({"data": "data:text/plain,hello"}),
+        ] {
+            assert!(!flags(no.clone()).contains_media, "{no}");
+        }
+    }
+
+    #[test]
+    fn base64_is_found_and_lookalikes_are_not() {
+        for yes in [
+            json!({"blob": B64}),
+            json!({"blob": format!("prefix {B64} suffix")}),
+            json!({"avatar": "data:image/png;base64,AAAA"}),
+            json!({"nested": [{"x": B64.trim_end_matches('=')}]}),
+            json!({"url_safe": "aGVsbG8gd29ybGQ_dGhpcyBpcy1iYXNlNjR1cmwgZW5jb2RlZCBkYXRhIDEyMzQ1Njc4OTA"}),
+        ] {
+            assert!(flags(yes.clone()).contains_base64, "{yes}");
+        }
+        let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let words = "a".repeat(100);
+        for no in [
+            json!({"sha256": hex}),
+            json!({"text": words}),
+            json!({"n": "1234567890".repeat(10)}),
+            json!({"short": "QUJDRGVmZ2gxMjM0"}),
+            json!({"bad_length": format!("{}A", &B64[..68])}),
+            json!({"too_much_padding": format!("{}===", &B64[..96])}),
+        ] {
+            assert!(!flags(no.clone()).contains_base64, "{no}");
+        }
+    }
+
+    #[test]
+    fn plain_payloads_have_no_flags() {
+        assert_eq!(
+            flags(json!({"order": 1, "items": ["a"]})),
+            ContentFlags::default()
+        );
+        assert_eq!(detect("not json"), ContentFlags::default());
+    }
+}

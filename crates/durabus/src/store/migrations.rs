@@ -1,0 +1,126 @@
+//! The schema history of each store: versioned SQL files under `migrations/<store>/`, embedded
+//! in the binary. Version `N` is the `N`th file; a store records the highest version applied in
+//! its meta table and applies the files after it, in order, inside one transaction.
+
+use crate::error::{Error, Result};
+
+/// One schema change.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Migration {
+    /// Its version: 1, 2, 3, … without gaps.
+    pub version: i64,
+    /// A short name (the file name without number and extension).
+    pub name: &'static str,
+    /// The SQL, with the store's placeholder for table names (`{p}` SQLite, `{s}` PostgreSQL).
+    pub sql: &'static str,
+}
+
+macro_rules! migration {
+    ($version:literal, $store:literal, $file:literal, $name:literal) => {
+        Migration {
+            version: $version,
+            name: $name,
+            sql: include_str!(concat!("../../migrations/", $store, "/", $file)),
+        }
+    };
+}
+
+/// The SQLite store's migrations, in order.
+#[cfg(feature = "sqlite")]
+pub(crate) const SQLITE: &[Migration] = &[
+    migration!(1, "sqlite", "0001_events.sql", "events"),
+    migration!(2, "sqlite", "0002_dead_letters.sql", "dead_letters"),
+    migration!(3, "sqlite", "0003_payloads.sql", "payloads"),
+    migration!(4, "sqlite", "0004_replay.sql", "replay"),
+];
+
+/// The PostgreSQL store's migrations, in order.
+#[cfg(feature = "postgres")]
+pub(crate) const POSTGRES: &[Migration] = &[
+    migration!(1, "postgres", "0001_events.sql", "events"),
+    migration!(2, "postgres", "0002_dead_letters.sql", "dead_letters"),
+    migration!(3, "postgres", "0003_payloads.sql", "payloads"),
+    migration!(4, "postgres", "0004_replay.sql", "replay"),
+];
+
+/// The newest version in `migrations`.
+pub(crate) const fn latest(migrations: &[Migration]) -> i64 {
+    migrations.len() as i64
+}
+
+/// Reads a stored schema version. A value that is not a whole number ≥ 0 is an error: it must
+/// never be taken for 0 (that would run every migration again over existing tables).
+pub(crate) fn parse_version(stored: Option<&str>) -> Result<i64> {
+    let Some(text) = stored else {
+        return Ok(0);
+    };
+    match text.trim().parse::<i64>() {
+        Ok(v) if v >= 0 => Ok(v),
+        Ok(v) => Err(Error::corrupt(
+            "the schema version in the meta table",
+            format!("{v} is negative"),
+        )),
+        Err(e) => Err(Error::corrupt(
+            format!("the schema version {text:?} in the meta table"),
+            e,
+        )),
+    }
+}
+
+/// The migrations to apply to a database at `current`, or [`Error::SchemaTooNew`].
+pub(crate) fn pending(
+    migrations: &'static [Migration],
+    current: i64,
+) -> Result<&'static [Migration]> {
+    let latest = latest(migrations);
+    if current > latest {
+        return Err(Error::SchemaTooNew {
+            found: current,
+            supported: latest,
+        });
+    }
+    Ok(&migrations[usize::try_from(current).unwrap_or(0)..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ErrorKind;
+
+    fn numbered(list: &[Migration]) {
+        for (i, m) in list.iter().enumerate() {
+            assert_eq!(m.version, i as i64 + 1, "{} is out of sequence", m.name);
+            assert!(!m.sql.trim().is_empty(), "{} is empty", m.name);
+        }
+    }
+
+    #[test]
+    fn migrations_are_numbered_without_gaps() {
+        #[cfg(feature = "sqlite")]
+        numbered(SQLITE);
+        #[cfg(feature = "postgres")]
+        numbered(POSTGRES);
+    }
+
+    #[test]
+    fn a_garbled_version_is_an_error_never_zero() {
+        assert_eq!(parse_version(None).ok(), Some(0));
+        assert_eq!(parse_version(Some("3")).ok(), Some(3));
+        for bad in ["", "x", "1.5", "-1", "99999999999999999999"] {
+            let e = parse_version(Some(bad)).err();
+            assert_eq!(e.map(|e| e.kind()), Some(ErrorKind::Corrupt), "{bad:?}");
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn a_newer_database_is_refused_and_an_older_one_gets_the_rest() {
+        let latest = latest(SQLITE);
+        assert!(matches!(
+            pending(SQLITE, latest + 1),
+            Err(Error::SchemaTooNew { .. })
+        ));
+        assert_eq!(pending(SQLITE, 0).map(<[_]>::len).ok(), Some(SQLITE.len()));
+        assert_eq!(pending(SQLITE, latest).map(<[_]>::len).ok(), Some(0));
+    }
+}

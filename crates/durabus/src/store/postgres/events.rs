@@ -1,0 +1,199 @@
+//! The hot path on PostgreSQL: group-committed inserts, SKIP LOCKED claims under leases,
+//! fenced outcomes, releases and crash recovery.
+
+use async_trait::async_trait;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{PgStore, insert, q, rows};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventId, NewEvent};
+use crate::payload::NewSnapshot;
+use crate::store::recovery::{Interruption, WORKER_PLACEHOLDER, interrupted};
+use crate::store::{EventStore, InsertMode, Outcome};
+use crate::sync::lock;
+
+#[async_trait]
+impl EventStore for PgStore {
+    async fn insert_with(
+        &self,
+        events: Vec<NewEvent>,
+        snapshots: Vec<NewSnapshot>,
+        mode: InsertMode,
+        now: Timestamp,
+    ) -> Result<Vec<bool>> {
+        self.check()?;
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let request = insert::Request {
+            events,
+            snapshots,
+            now: now.as_millis(),
+            claimed: mode == InsertMode::Claimed,
+            reply,
+        };
+        if request.events.len() > insert::GROUP_MAX_EVENTS {
+            self.inserter.write(vec![request]).await;
+        } else {
+            let sender = lock(&self.inserts).clone().ok_or(Error::StoreClosed)?;
+            sender.send(request).map_err(|_| Error::StoreClosed)?;
+        }
+        answer.await.map_err(|_| Error::StoreClosed)?
+    }
+
+    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
+        self.check()?;
+        let token = Uuid::now_v7();
+        let holding = self.held_tokens();
+        let cost = interrupted(Interruption::LeaseExpired);
+        let rows = q(&self.sql.claim)
+            .bind(now.as_millis())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(&self.worker)
+            .bind(token)
+            .bind(self.lease_ms)
+            .bind(&holding)
+            .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
+            .bind(cost.note)
+            .bind(WORKER_PLACEHOLDER)
+            .fetch_all(&self.pool)
+            .await?;
+        {
+            // Held from here on, even if a row fails to decode below: its lease is renewed and
+            // it can be released, instead of waiting out the lease.
+            let mut held = self.held();
+            for row in &rows {
+                if let Ok(id) = row.try_get::<Uuid, _>("id") {
+                    held.insert(EventId(id), token);
+                }
+            }
+        }
+        let mut events = Vec::with_capacity(rows.len());
+        let mut reclaimed = 0usize;
+        for row in &rows {
+            if row.try_get::<bool, _>("reclaimed")? {
+                reclaimed += 1;
+            }
+            events.push(rows::event(row)?);
+        }
+        if reclaimed > 0 {
+            tracing::warn!(
+                events = reclaimed,
+                worker = %self.worker,
+                "reclaimed events whose worker stopped renewing its lease"
+            );
+        }
+        events.sort_by_key(|e| (e.next_attempt_at, e.id));
+        Ok(events)
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>> {
+        self.check()?;
+        let row = q(&self.sql.next_due).fetch_one(&self.pool).await?;
+        Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
+    }
+
+    async fn record_many_with(
+        &self,
+        outcomes: Vec<Outcome>,
+        snapshots: Vec<NewSnapshot>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>> {
+        self.check()?;
+        let tokens: Vec<Option<Uuid>> = {
+            let held = self.held();
+            outcomes
+                .iter()
+                .map(|o| held.get(&o.id()).copied())
+                .collect()
+        };
+        let mut tx = self.pool.begin().await?;
+        let flags = self
+            .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
+            .await?;
+        let kept: Vec<&NewSnapshot> = snapshots
+            .iter()
+            .filter(|s| {
+                outcomes
+                    .iter()
+                    .zip(&flags)
+                    .any(|(o, applied)| *applied && o.id() == s.event_id)
+            })
+            .collect();
+        if !kept.is_empty() {
+            super::payloads::put_in(&mut tx, &self.sql.ops, &kept).await?;
+        }
+        tx.commit().await?;
+        {
+            let mut held = self.held();
+            for (o, t) in outcomes.iter().zip(&tokens) {
+                // Forget the token only if no newer claim replaced it meanwhile.
+                if held.get(&o.id()) == t.as_ref() {
+                    held.remove(&o.id());
+                }
+            }
+        }
+        for (o, ok) in outcomes.iter().zip(&flags) {
+            if !ok {
+                tracing::warn!(event_id = %o.id(), worker = %self.worker,
+                    "outcome not recorded: this worker no longer holds the event's lease");
+            }
+        }
+        let wakes = outcomes.iter().any(|o| match o {
+            Outcome::Retry { .. } => true,
+            Outcome::Dead { death, .. } => death.announcement.is_some(),
+            Outcome::Done { .. } => false,
+        });
+        if wakes {
+            self.wake.notify_one();
+        }
+        Ok(flags)
+    }
+
+    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
+        self.check()?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+        let n = q(&self.sql.release)
+            .bind(&raw)
+            .bind(&self.worker)
+            .bind(now.as_millis())
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        {
+            let mut held = self.held();
+            for id in &ids {
+                held.remove(id);
+            }
+        }
+        if n > 0 {
+            self.notify_others().await;
+            self.wake.notify_one();
+        }
+        Ok(n)
+    }
+
+    async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
+        self.check()?;
+        let cost = interrupted(Interruption::ProcessStopped);
+        let n = q(&self.sql.recover)
+            .bind(now.as_millis())
+            .bind(self.held_tokens())
+            .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
+            .bind(cost.note)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            self.notify_others().await;
+            self.wake.notify_one();
+        }
+        Ok(n)
+    }
+}

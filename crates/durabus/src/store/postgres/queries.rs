@@ -1,0 +1,151 @@
+//! Reading events back on PostgreSQL (live table and event log), and the history purge.
+
+use async_trait::async_trait;
+use sqlx::Row;
+
+use super::walk;
+use super::{PgStore, q, rows};
+use crate::clock::Timestamp;
+use crate::error::Result;
+use crate::event::{Event, EventId};
+use crate::replay::ReplaySelection;
+use crate::store::{EventQuery, Position, QueryStore, RetryCount, StatusCount};
+
+#[async_trait]
+impl QueryStore for PgStore {
+    async fn get_event(&self, id: EventId) -> Result<Option<Event>> {
+        self.check()?;
+        q(&self.sql.get_event)
+            .bind(id.0)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(rows::event)
+            .transpose()
+    }
+
+    async fn list_events(&self, query: EventQuery) -> Result<Vec<Event>> {
+        self.check()?;
+        let text = self.sql.list(&query);
+        let mut stmt = q(&text);
+        if let Some(t) = query.event_type {
+            stmt = stmt.bind(t);
+        }
+        for bound in [query.created_from, query.created_before]
+            .into_iter()
+            .flatten()
+        {
+            stmt = stmt.bind(bound.as_millis());
+        }
+        stmt.bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
+            .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(rows::event)
+            .collect()
+    }
+
+    async fn counts(&self) -> Result<Vec<StatusCount>> {
+        self.check()?;
+        q(&self.sql.counts)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(StatusCount {
+                    event_type: r.try_get(0)?,
+                    status: r.try_get::<String, _>(1)?.parse()?,
+                    count: u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn retry_counts(&self) -> Result<Vec<RetryCount>> {
+        self.check()?;
+        q(&self.sql.retry_counts)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok(RetryCount {
+                    status: r.try_get::<String, _>(0)?.parse()?,
+                    retry_count: u32::try_from(r.try_get::<i32, _>(1)?).unwrap_or(0),
+                    count: u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
+        self.check()?;
+        Ok(q(&self.sql.history_purge)
+            .bind(cutoff.as_millis())
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(&self.pool)
+            .await?
+            .rows_affected())
+    }
+
+    async fn walk_bound(&self, now: Timestamp) -> Result<Position> {
+        self.check()?;
+        let row = q(&walk::bound(&self.sql.schema))
+            .bind(now.as_millis())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some(r) => Position {
+                at: r.try_get("created_at")?,
+                key: r.try_get::<uuid::Uuid, _>("id")?.to_string(),
+            },
+            None => Position::default(),
+        })
+    }
+
+    async fn walk_count(
+        &self,
+        selection: &ReplaySelection,
+        bound: &Position,
+    ) -> Result<Vec<(String, u64)>> {
+        self.check()?;
+        walk::count(&self.sql.schema, selection, bound)
+            .query()
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get::<String, _>("type")?,
+                    u64::try_from(r.try_get::<i64, _>("n")?).unwrap_or(0),
+                ))
+            })
+            .collect()
+    }
+
+    async fn walk(
+        &self,
+        selection: &ReplaySelection,
+        bound: &Position,
+        after: &Position,
+        limit: usize,
+    ) -> Result<Vec<(Position, Event)>> {
+        self.check()?;
+        walk::page(&self.sql.schema, selection, bound, after, limit)
+            .query()
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| {
+                let event = rows::event(r)?;
+                Ok((
+                    Position {
+                        at: event.created_at.as_millis(),
+                        key: event.id.to_string(),
+                    },
+                    event,
+                ))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,318 @@
+//! The hot path on SQLite: insert, claim, record, release, recover. Each is a typed write op.
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::SqliteStore;
+use super::op::WriteOp;
+use super::rows::{event_from_row, json_list};
+use super::sql::Sql;
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::{Event, EventId, EventStatus, NewEvent};
+use crate::payload::NewSnapshot;
+use crate::store::recovery::{Interruption, interrupted};
+use crate::store::{EventStore, InsertMode, Outcome};
+
+/// Inserts `events` with `status` on `conn` (the writer's transaction, or an application's for
+/// the outbox), skipping ids already stored: one flag per event, `true` when it was stored.
+pub(crate) fn insert_events(
+    conn: &Connection,
+    sql: &Sql,
+    events: &[NewEvent],
+    status: EventStatus,
+    now: Timestamp,
+) -> Result<Vec<bool>> {
+    let now_ms = now.as_millis();
+    let due = (status == EventStatus::Pending).then_some(now_ms);
+    let mut stmt = conn.prepare_cached(&sql.insert)?;
+    let mut inserted = Vec::with_capacity(events.len());
+    for e in events {
+        let metadata = if e.metadata.is_empty() {
+            None
+        } else {
+            Some(
+                serde_json::to_string(&e.metadata)
+                    .map_err(|err| Error::unserialisable("metadata", &err))?,
+            )
+        };
+        let n = stmt.execute(params![
+            e.id.to_string(),
+            e.event_type,
+            e.payload,
+            status.as_str(),
+            metadata,
+            now_ms,
+            due
+        ])?;
+        inserted.push(n == 1);
+    }
+    Ok(inserted)
+}
+
+struct Insert {
+    events: Vec<NewEvent>,
+    snapshots: Vec<NewSnapshot>,
+    mode: InsertMode,
+}
+
+/// The snapshots of the events that were stored.
+fn of_stored(
+    snapshots: &[NewSnapshot],
+    ids: impl Iterator<Item = EventId> + Clone,
+) -> Vec<NewSnapshot> {
+    snapshots
+        .iter()
+        .filter(|s| ids.clone().any(|id| id == s.event_id))
+        .cloned()
+        .collect()
+}
+
+impl WriteOp for Insert {
+    type Reply = Vec<bool>;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<bool>> {
+        let status = match self.mode {
+            InsertMode::Pending => EventStatus::Pending,
+            InsertMode::Claimed => EventStatus::Processing,
+        };
+        let stored = insert_events(conn, sql, &self.events, status, now)?;
+        if !self.snapshots.is_empty() {
+            let ids = self
+                .events
+                .iter()
+                .zip(&stored)
+                .filter(|(_, s)| **s)
+                .map(|(e, _)| e.id);
+            super::payloads::put(conn, sql, &of_stored(&self.snapshots, ids))?;
+        }
+        Ok(stored)
+    }
+
+    fn wakes(&self, stored: &Vec<bool>) -> bool {
+        self.mode == InsertMode::Pending && stored.iter().any(|s| *s)
+    }
+}
+
+struct Claim(usize);
+
+impl WriteOp for Claim {
+    type Reply = Vec<Event>;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<Event>> {
+        // A plain indexed SELECT, then an UPDATE per row by key, in the same write transaction
+        // (so atomic).
+        let now_ms = now.as_millis();
+        let mut select = conn.prepare_cached(&sql.claim_select)?;
+        let mut events = select
+            .query_map(
+                params![now_ms, i64::try_from(self.0).unwrap_or(i64::MAX)],
+                event_from_row,
+            )?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut update = conn.prepare_cached(&sql.claim_update)?;
+        for e in &mut events {
+            update.execute(params![e.id.to_string(), now_ms])?;
+            e.status = EventStatus::Processing;
+            e.updated_at = now;
+        }
+        Ok(events)
+    }
+}
+
+fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -> Result<bool> {
+    let now_ms = now.as_millis();
+    let n = match outcome {
+        Outcome::Done { id, delivered } => {
+            let (id_text, list) = (id.to_string(), json_list(delivered)?);
+            match conn
+                .prepare_cached(&sql.record_done)?
+                .execute(params![id_text, list, now_ms])?
+            {
+                0 => {
+                    // Not an ordinary event: a revived dead letter resolves its record.
+                    let n = conn
+                        .prepare_cached(&sql.record_done_revived)?
+                        .execute(params![id_text, list, now_ms])?;
+                    if n == 1 {
+                        super::dead_letters::write_delivered(conn, sql, *id, now)?;
+                    }
+                    n
+                }
+                n => n,
+            }
+        }
+        Outcome::Retry {
+            id,
+            retry_count,
+            errors,
+            delivered,
+            next_attempt_at,
+        } => conn.prepare_cached(&sql.record_retry)?.execute(params![
+            id.to_string(),
+            retry_count,
+            json_list(errors)?,
+            json_list(delivered)?,
+            now_ms,
+            next_attempt_at.as_millis()
+        ])?,
+        Outcome::Dead {
+            id,
+            retry_count,
+            errors,
+            delivered,
+            death,
+        } => {
+            let died: Option<u32> = conn
+                .prepare_cached(&sql.record_dead)?
+                .query_row(
+                    params![
+                        id.to_string(),
+                        retry_count,
+                        json_list(errors)?,
+                        json_list(delivered)?,
+                        now_ms
+                    ],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if died.is_some() {
+                super::dead_letters::write_death(conn, sql, *id, death, now)?;
+            }
+            usize::from(died.is_some())
+        }
+    };
+    Ok(n == 1)
+}
+
+struct Record(Vec<Outcome>, Vec<NewSnapshot>);
+
+impl WriteOp for Record {
+    type Reply = Vec<bool>;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<bool>> {
+        let applied = self
+            .0
+            .iter()
+            .map(|o| record_one(conn, sql, o, now))
+            .collect::<Result<Vec<bool>>>()?;
+        if !self.1.is_empty() {
+            let ids = self
+                .0
+                .iter()
+                .zip(&applied)
+                .filter(|(_, a)| **a)
+                .map(|(o, _)| o.id());
+            super::payloads::put(conn, sql, &of_stored(&self.1, ids))?;
+        }
+        Ok(applied)
+    }
+
+    fn wakes(&self, applied: &Vec<bool>) -> bool {
+        // A retry scheduled, or a dead letter announced with a `system.dead_letter` event.
+        self.0.iter().zip(applied).any(|(o, ok)| {
+            *ok && match o {
+                Outcome::Retry { .. } => true,
+                Outcome::Dead { death, .. } => death.announcement.is_some(),
+                Outcome::Done { .. } => false,
+            }
+        })
+    }
+}
+
+struct Release(Vec<EventId>);
+
+impl WriteOp for Release {
+    type Reply = u64;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
+        let mut stmt = conn.prepare_cached(&sql.release)?;
+        let mut n = 0u64;
+        for id in &self.0 {
+            n += stmt.execute(params![id.to_string(), now.as_millis()])? as u64;
+        }
+        Ok(n)
+    }
+
+    fn wakes(&self, n: &u64) -> bool {
+        *n > 0
+    }
+}
+
+struct Recover;
+
+impl WriteOp for Recover {
+    type Reply = u64;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
+        let cost = interrupted(Interruption::ProcessStopped);
+        let n = conn.execute(
+            &sql.recover,
+            params![now.as_millis(), cost.retry_increment, cost.note],
+        )?;
+        Ok(n as u64)
+    }
+
+    fn wakes(&self, n: &u64) -> bool {
+        *n > 0
+    }
+}
+
+#[async_trait]
+impl EventStore for SqliteStore {
+    async fn insert_with(
+        &self,
+        events: Vec<NewEvent>,
+        snapshots: Vec<NewSnapshot>,
+        mode: InsertMode,
+        now: Timestamp,
+    ) -> Result<Vec<bool>> {
+        self.write(
+            Insert {
+                events,
+                snapshots,
+                mode,
+            },
+            now,
+        )
+        .await
+    }
+
+    async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
+        self.write(Claim(limit), now).await
+    }
+
+    async fn next_due(&self) -> Result<Option<Timestamp>> {
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            c.prepare_cached(&sql.next_due)?
+                .query_row([], |r| r.get::<_, Option<i64>>(0))
+                .optional()
+                .map(|v| v.flatten().map(Timestamp))
+        })
+        .await
+    }
+
+    async fn record_many_with(
+        &self,
+        outcomes: Vec<Outcome>,
+        snapshots: Vec<NewSnapshot>,
+        now: Timestamp,
+    ) -> Result<Vec<bool>> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(Record(outcomes, snapshots), now).await
+    }
+
+    async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.write(Release(ids), now).await
+    }
+
+    async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
+        self.write(Recover, now).await
+    }
+}

@@ -1,0 +1,176 @@
+//! The plain data the store traits take and return.
+
+use serde::Serialize;
+
+use crate::clock::Timestamp;
+use crate::dead_letter::Death;
+use crate::event::{EventId, EventStatus};
+
+/// A subscription as stored (the handler itself lives in memory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SubscriptionRow {
+    /// Subscription id.
+    pub id: String,
+    /// Stable name given by the application, if any; delivery records use it so that they
+    /// survive restarts.
+    pub name: Option<String>,
+    /// The glob pattern of event types.
+    pub event_type: String,
+    /// When the subscription was made.
+    pub created_at: Timestamp,
+}
+
+/// The result of one delivery attempt, written back in one atomic step.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Every matching handler has succeeded: the event is `done`.
+    Done {
+        /// The event.
+        id: EventId,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+    },
+    /// The attempt failed and another is allowed: the event is `pending` again.
+    Retry {
+        /// The event.
+        id: EventId,
+        /// Failed attempts so far.
+        retry_count: u32,
+        /// Errors of all failed attempts.
+        errors: Vec<String>,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+        /// When the next attempt is due.
+        next_attempt_at: Timestamp,
+    },
+    /// The attempt failed and no retries are left: the event is a dead letter. Its
+    /// dead-letter record (and the `system.dead_letter` event) are written in the same
+    /// transaction.
+    Dead {
+        /// The event.
+        id: EventId,
+        /// Failed attempts in all.
+        retry_count: u32,
+        /// Errors of all failed attempts.
+        errors: Vec<String>,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+        /// What the dead-letter record gets.
+        death: Box<Death>,
+    },
+}
+
+impl Outcome {
+    /// The event the outcome is for.
+    pub fn id(&self) -> EventId {
+        match self {
+            Outcome::Done { id, .. } | Outcome::Retry { id, .. } | Outcome::Dead { id, .. } => *id,
+        }
+    }
+}
+
+/// Which events to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Only events with this status.
+    pub status: Option<EventStatus>,
+    /// Only events of exactly this type.
+    pub event_type: Option<String>,
+    /// Only events created at or after this time.
+    pub created_from: Option<Timestamp>,
+    /// Only events created before this time.
+    pub created_before: Option<Timestamp>,
+    /// Events to skip. Defaults to 0.
+    pub offset: u64,
+    /// Most events to return. Defaults to 100.
+    pub limit: u64,
+}
+
+impl Default for EventQuery {
+    fn default() -> Self {
+        EventQuery {
+            status: None,
+            event_type: None,
+            created_from: None,
+            created_before: None,
+            offset: 0,
+            limit: 100,
+        }
+    }
+}
+
+/// Events counted by status and type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StatusCount {
+    /// Event type.
+    pub event_type: String,
+    /// Status.
+    pub status: EventStatus,
+    /// Number of events.
+    pub count: u64,
+}
+
+/// Events counted by status and retry count.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RetryCount {
+    /// Status.
+    pub status: EventStatus,
+    /// Failed attempts.
+    pub retry_count: u32,
+    /// Number of events.
+    pub count: u64,
+}
+
+/// How an inserted event starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InsertMode {
+    /// `pending` and due now: background workers deliver it.
+    Pending,
+    /// `processing`: the caller delivers it at once (publish's inline dispatch).
+    Claimed,
+}
+
+/// Whether a job run could start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStart {
+    /// It started: the caller runs it and then ends it.
+    Started,
+    /// This tick has run (or is running) already, in this process or another.
+    AlreadyRan,
+    /// A run is still going (a previous tick's, or a manual one): this one is skipped.
+    Busy,
+}
+
+/// A scheduled job's bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobRow {
+    /// The job's name.
+    pub name: String,
+    /// The last tick that ran (or was skipped).
+    pub last_tick: Option<Timestamp>,
+    /// Who runs it now, if anyone.
+    pub running_by: Option<String>,
+    /// When its last run started.
+    pub last_started_at: Option<Timestamp>,
+    /// When its last run ended.
+    pub last_finished_at: Option<Timestamp>,
+    /// How its last run ended: `ok` or `failed`.
+    pub last_status: Option<String>,
+    /// What its last run said.
+    pub last_message: Option<String>,
+    /// Runs in all.
+    pub runs: u64,
+    /// Ticks skipped because a run was still going.
+    pub skipped: u64,
+}
+
+/// A place in a walk over stored events (a replay), in the store's own order: on SQLite the
+/// insertion order (`at` is the rowid, `key` empty); on PostgreSQL creation time, then id
+/// (`at` is the time in ms, `key` the id). The default is before the first event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    /// The number part.
+    pub at: i64,
+    /// The rest (empty where the number says it all).
+    pub key: String,
+}

@@ -1,0 +1,437 @@
+//! The payload store: snapshots round trip, configuration per type, automatic snapshots,
+//! soft delete, redaction in every read path, retention.
+
+use std::time::Duration;
+
+use durabus::payload::{STAGE_ERROR, STAGE_PUBLISHED, compress};
+use durabus::{
+    Actor, ActorKind, ConfigInput, ErrorKind, Event, EventId, EventQuery, RetryOverride,
+    SubscribeOptions,
+};
+use serde_json::json;
+
+use crate::support::*;
+
+fn ann() -> Actor {
+    Actor::new("ann", ActorKind::Library)
+}
+
+fn config(stages: &[&str], days: i64, redact: &[&str]) -> ConfigInput {
+    ConfigInput {
+        stages: stages.iter().map(|s| (*s).to_owned()).collect(),
+        retention_days: days,
+        redact: redact.iter().map(|s| (*s).to_owned()).collect(),
+        redact_before_store: false,
+    }
+}
+
+pub async fn snapshots_round_trip_byte_for_byte(h: &Harness) {
+    let bus = h.bus().await;
+    let payloads = bus.payloads();
+    let mut deep = json!("bottom");
+    for i in 0..100 {
+        deep = json!({ format!("level{i}"): deep });
+    }
+    let shapes = [
+        json!({"order": 1, "items": [1, 2, 3]}),
+        json!("1 MiB: ".to_owned() + &"x".repeat(1024 * 1024)),
+        json!({"text": "grüße, 世界, emoji 🎉, \u{0001} control", "rtl": "שלום"}),
+        deep,
+        json!([]),
+        json!(null),
+        json!(12.5e300),
+    ];
+    for (i, value) in shapes.iter().enumerate() {
+        let id = EventId::new();
+        assert!(
+            payloads
+                .store_snapshot(id, "shape.test", "webhook_raw", value)
+                .await
+                .unwrap()
+        );
+        let got = payloads.get(id, "webhook_raw").await.unwrap();
+        let want = serde_json::to_string(value).unwrap();
+        assert_eq!(got.payload.as_deref(), Some(want.as_str()), "shape {i}");
+        assert_eq!(got.size_original, want.len() as u64);
+        assert!(got.size_compressed > 0);
+        assert_eq!(got.stage, "webhook_raw");
+        assert_eq!(got.event_type, "shape.test");
+        assert!(got.deleted.is_none());
+    }
+    // Several stages of one event, newest first.
+    let id = EventId::new();
+    for (k, stage) in ["agent_request", "agent_response", "channel_send"]
+        .iter()
+        .enumerate()
+    {
+        payloads
+            .store_snapshot(id, "chat.message", stage, &json!({ "k": k }))
+            .await
+            .unwrap();
+        h.advance(Duration::from_millis(5));
+    }
+    let list = payloads.list(id).await.unwrap();
+    let stages: Vec<&str> = list.iter().map(|s| s.stage.as_str()).collect();
+    assert_eq!(
+        stages,
+        vec!["channel_send", "agent_response", "agent_request"]
+    );
+    assert_eq!(
+        payloads.get(id, "nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert!(payloads.list(EventId::new()).await.unwrap().is_empty());
+    assert_eq!(
+        payloads
+            .store_snapshot(id, "chat.message", "bad stage", &1)
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn realistic_json_compresses_five_to_ten_times(h: &Harness) {
+    let bus = h.bus().await;
+    let order = json!({
+        "order_id": "ord_8f3a2c",
+        "customer": {"id": "cus_1923", "email": "ann@example.com", "name": "Ann Example"},
+        "items": (0..40).map(|i| json!({
+            "sku": format!("SKU-{:05}", i % 7),
+            "title": "Stainless steel teapot, 1.2 litre, brushed finish",
+            "quantity": 1 + i % 3,
+            "unit_price": {"amount": 2499, "currency": "EUR"},
+            "tax": {"rate": "0.19", "amount": 475, "currency": "EUR"}
+        })).collect::<Vec<_>>(),
+        "shipping": {"method": "standard", "address": {"street": "Main Street 1", "city": "Berlin", "country": "DE"}}
+    });
+    let id = EventId::new();
+    bus.payloads()
+        .store_snapshot(id, "order.placed", "webhook_raw", &order)
+        .await
+        .unwrap();
+    let s = bus.payloads().get(id, "webhook_raw").await.unwrap();
+    let ratio = s.size_original as f64 / s.size_compressed as f64;
+    assert!(
+        (5.0..=60.0).contains(&ratio),
+        "{} → {} bytes: {ratio:.1}×",
+        s.size_original,
+        s.size_compressed
+    );
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn configuration_is_per_type_with_a_default(h: &Harness) {
+    let bus = h.bus().await;
+    let p = bus.payloads();
+    assert!(p.configs().await.unwrap().is_empty());
+    let star = p
+        .set_config("*", config(&["published", "custom_stage"], 7, &[]), &ann())
+        .await
+        .unwrap();
+    assert_eq!(star.updated_by, "ann");
+    p.set_config("order.paid", config(&["error"], 30, &["$.card"]), &ann())
+        .await
+        .unwrap();
+    let rows = p.configs().await.unwrap();
+    assert_eq!(rows.len(), 2);
+    // The exact type's row decides; `*` for the rest.
+    let id = EventId::new();
+    assert!(
+        !p.store_snapshot(id, "order.paid", "published", &1)
+            .await
+            .unwrap()
+    );
+    assert!(
+        p.store_snapshot(id, "order.paid", "error", &1)
+            .await
+            .unwrap()
+    );
+    assert!(
+        p.store_snapshot(id, "user.new", "published", &1)
+            .await
+            .unwrap()
+    );
+    assert!(
+        p.store_snapshot(id, "user.new", "custom_stage", &1)
+            .await
+            .unwrap()
+    );
+    assert!(!p.store_snapshot(id, "user.new", "error", &1).await.unwrap());
+    // Replacing and deleting rows.
+    p.set_config("order.paid", config(&["*"], 1, &[]), &ann())
+        .await
+        .unwrap();
+    assert!(
+        p.store_snapshot(id, "order.paid", "published", &2)
+            .await
+            .unwrap()
+    );
+    p.delete_config("order.paid").await.unwrap();
+    assert_eq!(
+        p.delete_config("order.paid").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    // Bad input is refused and changes nothing.
+    for (t, input) in [
+        ("", config(&["*"], 1, &[])),
+        ("x", config(&["*"], -1, &[])),
+        ("x", config(&["no spaces"], 1, &[])),
+        ("x", config(&["*"], 1, &["card.number"])),
+        ("order.*", config(&["*"], 1, &[])),
+    ] {
+        let e = p.set_config(t, input, &ann()).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{t}: {e}");
+    }
+    assert_eq!(p.configs().await.unwrap().len(), 1);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn automatic_snapshots_follow_the_configuration(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .payload_snapshots(true)
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap();
+    bus.payloads()
+        .set_config("quiet.x", config(&[STAGE_ERROR], 14, &[]), &ann())
+        .await
+        .unwrap();
+    bus.subscribe(
+        "*.fail",
+        |_e: Event| async { Err("handler said no".into()) },
+        SubscribeOptions::default().retry(RetryOverride::default().max_retries(0)),
+    )
+    .await
+    .unwrap();
+    let ok = bus.publish("order.ok", &json!({"n": 1})).await.unwrap();
+    let p = bus.payloads();
+    let s = p.get(ok, STAGE_PUBLISHED).await.unwrap();
+    assert_eq!(s.payload.as_deref(), Some(r#"{"n":1}"#));
+    assert_eq!(p.list(ok).await.unwrap().len(), 1, "no error: one snapshot");
+    // A failing attempt: its payload and error at `error`.
+    let failed = bus.publish("order.fail", &json!({"n": 2})).await.unwrap();
+    let e = p.get(failed, STAGE_ERROR).await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(e.payload.as_deref().unwrap()).unwrap();
+    assert_eq!(v["payload"]["n"], 2);
+    assert_eq!(v["error"], "handler said no");
+    assert_eq!(v["attempt"], 1);
+    // A type configured for errors only: no `published` snapshot.
+    let quiet = bus.publish("quiet.x", &1).await.unwrap();
+    assert!(p.list(quiet).await.unwrap().is_empty());
+    // Publishing an id again stores no second snapshot.
+    let again = durabus::NewEvent::new("order.ok", &json!({"n": 3}))
+        .unwrap()
+        .with_id(ok);
+    bus.publish_event(again).await.unwrap();
+    assert_eq!(p.list(ok).await.unwrap().len(), 1);
+    // Batches too.
+    let batch: Vec<_> = (0..3)
+        .map(|i| durabus::NewEvent::new("batch.x", &i).unwrap())
+        .collect();
+    let ids = bus.enqueue_batch(batch).await.unwrap();
+    for id in ids {
+        assert!(p.get(id, STAGE_PUBLISHED).await.is_ok());
+    }
+    bus.shutdown().await.unwrap();
+    // Off by default.
+    let plain = h.bus().await;
+    let id = plain.publish("order.ok", &1).await.unwrap();
+    assert!(plain.payloads().list(id).await.unwrap().is_empty());
+    plain.shutdown().await.unwrap();
+}
+
+pub async fn a_soft_delete_clears_the_bytes_and_keeps_the_audit(h: &Harness) {
+    let bus = h.bus().await;
+    let p = bus.payloads();
+    let id = EventId::new();
+    for stage in ["webhook_raw", "agent_request"] {
+        p.store_snapshot(id, "chat.x", stage, &json!({"secret": "s3cr3t"}))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        p.delete(id, "  ", &ann()).await.unwrap_err().kind(),
+        ErrorKind::InvalidInput,
+        "a reason is required"
+    );
+    assert_eq!(p.delete(id, "GDPR request #42", &ann()).await.unwrap(), 2);
+    let s = p.get(id, "webhook_raw").await.unwrap();
+    assert_eq!(s.payload, None);
+    assert_eq!(s.size_compressed, 0);
+    let d = s.deleted.expect("the deletion is recorded");
+    assert_eq!(d.deleted_by, "ann");
+    assert_eq!(d.reason, "GDPR request #42");
+    assert_eq!(d.deleted_at, h.clock.now());
+    // The bytes are gone from the store, not just hidden.
+    for stored in bus.store().payload_list(id).await.unwrap() {
+        assert!(stored.blob.is_none());
+    }
+    assert_eq!(
+        p.delete(id, "again", &ann()).await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        p.delete(EventId::new(), "x", &ann())
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn operators_see_redacted_payloads_and_handlers_the_original(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .payload_snapshots(true)
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap();
+    bus.payloads()
+        .set_config(
+            "pay.charge",
+            config(&["*"], 14, &["$.card.number", "$.user.email"]),
+            &ann(),
+        )
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let s = seen.clone();
+    bus.subscribe(
+        "pay.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.push(e.payload);
+                Err("declined".into())
+            }
+        },
+        SubscribeOptions::default().retry(RetryOverride::default().max_retries(0)),
+    )
+    .await
+    .unwrap();
+    let payload = json!({"card": {"number": "4111111111111111", "exp": "12/30"},
+                         "user": {"email": "ann@example.com"}, "amount": 5});
+    let id = bus.publish("pay.charge", &payload).await.unwrap();
+    assert!(
+        seen.all()[0].contains("4111111111111111"),
+        "the handler gets the original"
+    );
+    let hidden = |text: &str| {
+        assert!(!text.contains("4111111111111111"), "{text}");
+        assert!(!text.contains("ann@example.com"), "{text}");
+        assert!(
+            text.contains("[redacted]") && text.contains("12/30"),
+            "{text}"
+        );
+    };
+    hidden(&bus.history().get(id).await.unwrap().payload);
+    let listed = bus.history().list(EventQuery::default()).await.unwrap();
+    hidden(&listed.iter().find(|e| e.id == id).unwrap().payload);
+    hidden(&bus.dlq().get(id).await.unwrap().payload);
+    hidden(&bus.dlq().list(durabus::Page::default()).await.unwrap()[0].payload);
+    hidden(&bus.dead_letters().get(id).await.unwrap().payload);
+    for snap in bus.payloads().list(id).await.unwrap() {
+        hidden(snap.payload.as_deref().unwrap());
+    }
+    // Stored as it came (only hidden when read) unless asked otherwise.
+    let raw = bus.store().payload_list(id).await.unwrap();
+    let published = raw
+        .iter()
+        .find(|s| s.meta.stage == STAGE_PUBLISHED)
+        .unwrap();
+    assert!(
+        compress::gunzip(published.blob.as_ref().unwrap())
+            .unwrap()
+            .contains("4111")
+    );
+    // Redacted before storing: never kept.
+    bus.payloads()
+        .set_config(
+            "pay.charge",
+            ConfigInput {
+                redact_before_store: true,
+                ..config(&["*"], 14, &["$.card.number"])
+            },
+            &ann(),
+        )
+        .await
+        .unwrap();
+    let id2 = bus.publish("pay.charge", &payload).await.unwrap();
+    for s in bus.store().payload_list(id2).await.unwrap() {
+        let text = compress::gunzip(s.blob.as_ref().unwrap()).unwrap();
+        assert!(
+            !text.contains("4111111111111111"),
+            "{}: {text}",
+            s.meta.stage
+        );
+    }
+    assert!(seen.all()[1].contains("4111111111111111"));
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn retention_deletes_snapshots_past_their_types_days(h: &Harness) {
+    let bus = h.bus().await;
+    let p = bus.payloads();
+    p.set_config("short.x", config(&["*"], 1, &[]), &ann())
+        .await
+        .unwrap();
+    let t0 = h.clock.now();
+    let short = EventId::new();
+    let long = EventId::new();
+    p.store_snapshot(short, "short.x", "s", &1).await.unwrap();
+    p.store_snapshot(long, "long.x", "s", &1).await.unwrap();
+    let later = EventId::new();
+    h.advance(Duration::from_millis(1));
+    p.store_snapshot(later, "short.x", "s", &1).await.unwrap();
+    let deleted = EventId::new();
+    p.store_snapshot(deleted, "long.x", "s", &1).await.unwrap();
+    p.delete(deleted, "no longer needed", &ann()).await.unwrap();
+    let audit = Duration::from_secs(30 * 86_400);
+    // Exactly one day after: the 1-day type's first snapshot goes (boundary included).
+    let (expired, audits) = p
+        .cleanup(t0.plus(Duration::from_secs(86_400)), audit)
+        .await
+        .unwrap();
+    assert_eq!((expired, audits), (1, 0));
+    assert!(p.list(short).await.unwrap().is_empty());
+    assert_eq!(p.list(later).await.unwrap().len(), 1, "1 ms younger: kept");
+    assert_eq!(
+        p.list(long).await.unwrap().len(),
+        1,
+        "the default is 14 days"
+    );
+    // 14 days: the default type's snapshot goes; the deletion record stays for 30 days.
+    let (expired, _) = p
+        .cleanup(t0.plus(Duration::from_secs(14 * 86_400)), audit)
+        .await
+        .unwrap();
+    assert_eq!(expired, 2);
+    assert_eq!(
+        p.list(deleted).await.unwrap().len(),
+        1,
+        "the audit row is kept"
+    );
+    let (_, audits) = p
+        .cleanup(t0.plus(Duration::from_secs(30 * 86_400 + 1)), audit)
+        .await
+        .unwrap();
+    assert_eq!(audits, 1);
+    assert!(p.list(deleted).await.unwrap().is_empty());
+    // The job does the same.
+    let report = bus
+        .scheduler()
+        .unwrap()
+        .run_now("cleanup-payloads")
+        .await
+        .unwrap();
+    assert_eq!(report.status, "ok");
+    bus.shutdown().await.unwrap();
+}
