@@ -513,3 +513,113 @@ fn payload_snapshots_are_listed_redacted_and_deleted_from_the_cli() {
     let missing = durabus(&db, &["payloads", "get", &id, "agent_request"]);
     assert_one_line_failure(&missing, "not found");
 }
+
+/// Adds `n` pending `bulk.item` events through the library.
+fn enqueue_many(db: &Path, n: u64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let bus = durabus::EventBus::open(db).await.unwrap();
+        let events = (0..n)
+            .map(|i| durabus::NewEvent::new("bulk.item", &i).unwrap())
+            .collect();
+        bus.enqueue_batch(events).await.unwrap();
+        bus.shutdown().await.unwrap();
+    })
+}
+
+#[test]
+fn a_replay_is_previewed_dry_run_and_run_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("replay.db");
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let select = ["replay", "start", "--all", "--type", "order.*"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        select
+            .iter()
+            .chain(extra)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let run = |args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        durabus(&db, &refs)
+    };
+
+    // Preview: the demo's 7 order.paid events, oldest first; nothing changes.
+    let preview = json(&run(with(&["--preview", "--json"])));
+    assert_eq!(preview["count"], 7);
+    assert_eq!(preview["by_type"]["order.paid"], 7);
+    assert_eq!(preview["samples"].as_array().unwrap().len(), 7);
+    let text = stdout(&run(with(&["--preview"])));
+    assert!(text.contains("7 event(s) selected"), "{text}");
+    // Dry run: the whole walk, nothing changed.
+    let dry = json(&run(with(&["--dry-run", "--json"])));
+    assert_eq!(dry["count"], 7);
+    let stats = json(&durabus(&db, &["stats", "--json"]));
+    assert_eq!(stats["by_type"]["order.paid"]["pending"], 0);
+    assert!(
+        json(&durabus(&db, &["replay", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // The replay: 7 new pending order.paid events, the operation completed.
+    let done = json(&run(with(&["--yes", "--json"])));
+    assert_eq!(done["kind"], "replay");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["processed"], 7);
+    let id = done["id"].as_str().unwrap().to_owned();
+    let stats = json(&durabus(&db, &["stats", "--json"]));
+    assert_eq!(stats["by_type"]["order.paid"]["pending"], 7);
+    assert_eq!(
+        stats["by_type"]["order.paid"]["done"], 6,
+        "originals untouched"
+    );
+    assert_eq!(stats["by_type"]["system.replay.started"]["pending"], 1);
+    assert_eq!(stats["by_type"]["system.replay.completed"]["pending"], 1);
+    let status = json(&durabus(&db, &["replay", "status", &id, "--json"]));
+    assert_eq!(
+        (status["status"].as_str(), status["processed"].as_u64()),
+        (Some("completed"), Some(7))
+    );
+    let text = stdout(&durabus(&db, &["replay", "status", &id]));
+    assert!(text.contains("completed"), "{text}");
+    let list = json(&durabus(&db, &["replay", "list", "--json"]));
+    assert_eq!(list.as_array().unwrap().len(), 1);
+
+    // Above 1,000 events, without a terminal to ask on: refused without --yes, nothing made.
+    enqueue_many(&db, 1_001);
+    let bulk = ["replay", "start", "--all", "--type", "bulk.*"];
+    let refused = durabus(&db, &bulk);
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    assert_eq!(
+        json(&durabus(&db, &["replay", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Submitted detached, then cancelled before any runner took it.
+    let mut detached = bulk.to_vec();
+    detached.extend(["--yes", "--detach", "--json"]);
+    let op = json(&durabus(&db, &detached));
+    assert_eq!(
+        (op["status"].as_str(), op["total"].as_u64()),
+        (Some("pending"), Some(1_001))
+    );
+    let id = op["id"].as_str().unwrap();
+    let cancelled = json(&durabus(&db, &["replay", "cancel", id, "--json"]));
+    assert_eq!(cancelled["status"], "cancelled");
+    let text = stdout(&durabus(&db, &["replay", "list", "--status", "cancelled"]));
+    assert!(text.contains(id), "{text}");
+
+    // Bad requests: one line each.
+    assert_one_line_failure(
+        &durabus(&db, &["replay", "start", "--type", "order.*"]),
+        "say all",
+    );
+    assert_one_line_failure(&run(with(&["--rate", "0", "--yes"])), "rate");
+    assert_one_line_failure(&durabus(&db, &["replay", "status", "nope"]), "not found");
+}

@@ -348,5 +348,40 @@ async fn every_cli_command_works_on_postgres() {
     assert!(ops.as_array().unwrap().is_empty());
     let jobs = json(&cli(&schema, &["jobs", "run", "cleanup-history", "--json"]));
     assert_eq!(jobs["status"], "ok");
+    // Replay what is left (the retried order.paid, pending): preview, dry run, the replay.
+    let select = ["replay", "start", "--all", "--type", "order.*"];
+    fn with<'a>(select: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        select.iter().chain(extra).copied().collect()
+    }
+    let preview = json(&cli(&schema, &with(&select, &["--preview", "--json"])));
+    assert_eq!(preview["count"], 1);
+    let dry = json(&cli(&schema, &with(&select, &["--dry-run", "--json"])));
+    assert_eq!(dry["by_type"]["order.paid"], 1);
+    let replayed = json(&cli(&schema, &with(&select, &["--yes", "--json"])));
+    assert_eq!(
+        (replayed["status"].as_str(), replayed["processed"].as_u64()),
+        (Some("completed"), Some(1))
+    );
+    let id = replayed["id"].as_str().unwrap();
+    assert_eq!(
+        json(&cli(&schema, &["replay", "status", id, "--json"]))["status"],
+        "completed"
+    );
+    assert_eq!(
+        json(&cli(&schema, &["replay", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let pending = json(&cli(
+        &schema,
+        &["events", "list", "--type", "order.paid", "--json"],
+    ));
+    assert_eq!(
+        pending.as_array().unwrap().len(),
+        2,
+        "the original and its replay"
+    );
     drop_schema(&pool, &schema).await;
 }

@@ -7,6 +7,7 @@ mod history;
 mod pipeline;
 mod postgres;
 mod publish;
+mod replay;
 
 use std::time::Instant;
 
@@ -52,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// recovery, rss, history); the others are reported as 0. For profiling one path at a time.
+    /// replay, recovery, rss, history); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -92,6 +93,19 @@ pub struct Report {
     /// Those publishers' p99 latency during the bulk run, and just before it (ms).
     pub bulk_publish_p99_ms: f64,
     pub bulk_baseline_p99_ms: f64,
+    /// Events in the unthrottled replay (100k; `--quick`: 10k).
+    pub replay_events: u64,
+    /// Events re-published per second by that replay.
+    pub replay_eps: f64,
+    /// The rate limit of the throttled replay (events/s), and the rate measured over the 10 s
+    /// after its first second (`--quick`: over what follows the first second of 3 s).
+    pub replay_rate_limit: u32,
+    pub replay_rate_measured_eps: f64,
+    /// The 10 s window (after the first second) furthest from the limit.
+    pub replay_rate_worst_window_eps: f64,
+    /// One caller's publish p99 while the throttled replay ran, and just before it (ms).
+    pub replay_live_p99_ms: f64,
+    pub replay_baseline_p99_ms: f64,
     pub recovery_100_ms: f64,
     pub recovery_100k_ms: f64,
     pub rss_start_mb: f64,
@@ -237,6 +251,23 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         r.bulk_baseline_p99_ms = bulk.baseline_p99_ms;
         b.cleanup();
     }
+    if want("replay") {
+        r.replay_events = scale(100_000, 10_000);
+        b.say("replay, unthrottled");
+        r.replay_eps = median(
+            b.repeat(runs, || replay::unthrottled(&b, r.replay_events))
+                .await?,
+        );
+        b.cleanup();
+        b.say("replay at 2,000 events/s while the bus delivers and one caller publishes");
+        let limited = replay::limited(&b, 2_000, scale(12, 3)).await?;
+        r.replay_rate_limit = limited.target;
+        r.replay_rate_measured_eps = limited.measured_eps;
+        r.replay_rate_worst_window_eps = limited.worst_window_eps;
+        r.replay_live_p99_ms = limited.live_p99_ms;
+        r.replay_baseline_p99_ms = limited.baseline_p99_ms;
+        b.cleanup();
+    }
     if want("recovery") {
         b.say("startup recovery, 100 stuck events");
         r.recovery_100_ms = median(b.repeat(runs, || pipeline::recovery(&b, 100)).await?);
@@ -346,6 +377,27 @@ fn print_table(r: &Report) {
                 r.bulk_publish_p99_ms, r.bulk_baseline_p99_ms
             ),
             "< 5",
+        ),
+        (
+            "replay, unthrottled (ev/s)",
+            format!("{:.0}", r.replay_eps),
+            "≥ 40,000",
+        ),
+        (
+            "replay, limited: rate (ev/s)",
+            format!(
+                "{:.0} (worst 10 s: {:.0}; limit {})",
+                r.replay_rate_measured_eps, r.replay_rate_worst_window_eps, r.replay_rate_limit
+            ),
+            "± 10 %",
+        ),
+        (
+            "publish p99 during replay (ms)",
+            format!(
+                "{:.2} (before: {:.2})",
+                r.replay_live_p99_ms, r.replay_baseline_p99_ms
+            ),
+            "< 2",
         ),
         (
             "recovery, 100 (ms)",
