@@ -75,6 +75,8 @@ enum Command {
     PayloadConfig(cmd::payloads::ConfigCommand),
     /// Counts by status and type, the retry count distribution, and the DLQ rate per type.
     Stats,
+    /// The Prometheus text of the database's gauges (depths, ages; the WAL or the pool).
+    Metrics(cmd::metrics::Args),
     /// Measure throughput, latency, recovery and memory on fresh databases (build with --release).
     /// With --db postgres://… it measures PostgreSQL with --workers worker processes.
     Bench(cmd::bench::Args),
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
             Command::Payloads(c) => cmd::payloads::run(&db, &ctx, c).await,
             Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,
             Command::Stats => cmd::stats::run(&db, cli.json).await,
+            Command::Metrics(args) => cmd::metrics::run(&db, args).await,
             Command::Bench(args) => cmd::bench::run(&db, cli.json, args).await,
             Command::BenchWorker(args) => cmd::worker::run(&db, args).await,
         }

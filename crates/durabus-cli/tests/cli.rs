@@ -623,3 +623,37 @@ fn a_replay_is_previewed_dry_run_and_run_from_the_cli() {
     assert_one_line_failure(&run(with(&["--rate", "0", "--yes"])), "rate");
     assert_one_line_failure(&durabus(&db, &["replay", "status", "nope"]), "not found");
 }
+
+/// The samples of an exposition: `name{labels}` → value.
+fn samples(text: &str) -> std::collections::HashMap<String, f64> {
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').unwrap();
+            (name.to_owned(), value.parse::<f64>().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn metrics_print_the_databases_gauges() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metrics.db");
+    assert_one_line_failure(&durabus(&db, &["metrics"]), "does not exist");
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let out = durabus(&db, &["metrics"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = samples(&stdout(&out));
+    assert_eq!(m["durabus_dead_letters{status=\"pending\"}"], 1.0);
+    assert_eq!(m["durabus_dead_letters{status=\"retrying\"}"], 0.0);
+    assert_eq!(m["durabus_events{status=\"pending\"}"], 0.0);
+    assert_eq!(m["durabus_oldest_due_event_age_seconds"], 0.0);
+    assert!(m["durabus_oldest_pending_dead_letter_age_seconds"] >= 0.0);
+    assert!(m.contains_key("durabus_sqlite_wal_bytes"));
+    // Gauges only: a CLI process has counted nothing worth reporting.
+    assert!(!m.keys().any(|k| k.contains("_total")), "{m:?}");
+    let other = samples(&stdout(&durabus(&db, &["metrics", "--prefix", "shop_"])));
+    assert_eq!(other["shop_dead_letters{status=\"pending\"}"], 1.0);
+    assert_one_line_failure(&durabus(&db, &["metrics", "--prefix", "1-bad"]), "prefix");
+}

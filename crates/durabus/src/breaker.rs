@@ -76,13 +76,20 @@ pub enum BreakerState {
     HalfOpen,
 }
 
-impl std::fmt::Display for BreakerState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl BreakerState {
+    /// The state's name: `closed`, `open`, `half_open`.
+    pub fn as_str(self) -> &'static str {
+        match self {
             BreakerState::Closed => "closed",
             BreakerState::Open => "open",
             BreakerState::HalfOpen => "half_open",
-        })
+        }
+    }
+}
+
+impl std::fmt::Display for BreakerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -51,6 +51,51 @@ pub struct BusConfig {
     /// the event's type says, written in the transaction of the publish or the outcome.
     /// Defaults to `false`.
     pub payload_snapshots: bool,
+    /// The Prometheus metrics: name prefix and how long store gauges are cached. Defaults to
+    /// [`MetricsConfig::default`] (`durabus_`, 15 s).
+    pub metrics: MetricsConfig,
+}
+
+/// Settings of the Prometheus metrics (see [`EventBus::metrics_text`](crate::EventBus::metrics_text)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// Put before every metric name: letters, digits and `_`, starting with a letter; a
+    /// trailing `_` is implied. Defaults to `durabus_`.
+    pub prefix: String,
+    /// Longest a scrape serves store gauges (depths, ages) without querying the store again.
+    /// Defaults to 15 s.
+    pub gauge_refresh: Duration,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            prefix: "durabus_".into(),
+            gauge_refresh: Duration::from_secs(15),
+        }
+    }
+}
+
+impl MetricsConfig {
+    /// The prefix without its trailing `_` (how the metrics registry wants it).
+    pub fn stem(&self) -> &str {
+        self.prefix.trim_end_matches('_')
+    }
+
+    /// Checks the prefix.
+    pub fn validate(&self) -> Result<()> {
+        let stem = self.stem();
+        let mut chars = stem.chars();
+        let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(Error::InvalidConfig(format!(
+                "metrics prefix {:?}: letters, digits and _, starting with a letter",
+                self.prefix
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for BusConfig {
@@ -69,6 +114,7 @@ impl Default for BusConfig {
             scheduler: SchedulerConfig::default(),
             operations_poll: Duration::from_secs(1),
             payload_snapshots: false,
+            metrics: MetricsConfig::default(),
         }
     }
 }
@@ -79,6 +125,7 @@ impl BusConfig {
         self.retry.validate()?;
         self.breaker.validate()?;
         self.scheduler.validate()?;
+        self.metrics.validate()?;
         if self.handler_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "handler_timeout must be above zero".into(),

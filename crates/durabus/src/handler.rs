@@ -115,3 +115,11 @@ pub struct Subscription {
     /// When the subscription was made.
     pub created_at: Timestamp,
 }
+
+impl Subscription {
+    /// How metrics label this subscription: its name, or its pattern when it has none (ids
+    /// change with every start).
+    pub fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.event_type)
+    }
+}

@@ -65,11 +65,12 @@ mod shutdown;
 pub mod stats;
 pub mod store;
 mod sync;
+pub mod telemetry;
 
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use config::BusConfig;
+pub use config::{BusConfig, MetricsConfig};
 pub use dead_letter::{
     Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPolicy,
     DeadLetterStatus, Keyset,

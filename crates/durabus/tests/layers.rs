@@ -67,6 +67,7 @@ fn pure_models_import_no_layer() {
         "dead_letter",
         "replay",
         "payload",
+        "telemetry",
         "operation.rs",
         "retry.rs",
         "breaker.rs",

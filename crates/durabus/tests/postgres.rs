@@ -707,3 +707,49 @@ async fn each_tick_of_a_job_runs_once_across_processes() {
     }
     drop_schema(&schema).await;
 }
+
+/// The metrics' gauge queries are index lookups, never a scan of the event tables or the
+/// dead letters: with sequential scans priced out, PostgreSQL's plan for each still uses an
+/// index (only the failure groups, one row per group, may be read whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gauge_queries_use_indexes() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let bus = EventBus::builder()
+        .postgres_with(pg_url(), options(&schema))
+        .build()
+        .await
+        .unwrap();
+    for i in 0..20u64 {
+        bus.enqueue("plan.item", &i).await.unwrap();
+    }
+    bus.shutdown().await.unwrap();
+    let pool = admin().await;
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    for sql in durabus::store::postgres::gauges::statements(&format!("\"{schema}\"")) {
+        let rows = sqlx::query(AssertSqlSafe(format!("EXPLAIN {}", sql.replace("$1", "0"))))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(0)).collect();
+        let text = plan.join("\n");
+        for line in plan.iter().filter(|l| l.contains("Seq Scan")) {
+            assert!(
+                line.contains("Seq Scan on dead_letter_groups"),
+                "{sql}\n{text}"
+            );
+        }
+        assert!(
+            text.contains("Index") || text.contains("dead_letter_groups"),
+            "{sql}\n{text}"
+        );
+    }
+    drop(conn);
+    drop_schema(&schema).await;
+}

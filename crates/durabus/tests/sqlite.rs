@@ -758,3 +758,30 @@ fn fastrand_byte() -> u8 {
         (x >> 24) as u8
     })
 }
+
+/// The metrics' gauge queries are index lookups, never a scan of the event table or the dead
+/// letters (only the failure groups, one row per group, may be read whole).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gauge_queries_use_indexes() {
+    let (_dir, path) = temp();
+    let bus = EventBus::open(&path).await.unwrap();
+    for i in 0..20u64 {
+        bus.enqueue("plan.item", &i).await.unwrap();
+    }
+    bus.shutdown().await.unwrap();
+    let conn = Connection::open(&path).unwrap();
+    for sql in durabus::store::sqlite::gauges::statements("durabus_") {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let plan: Vec<String> = stmt
+            .query_map([], |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(!plan.is_empty(), "{sql}");
+        for line in &plan {
+            let indexed = line.contains("USING INDEX") || line.contains("USING COVERING INDEX");
+            let groups = line == "SCAN durabus_dead_letter_groups";
+            assert!(indexed || groups, "{sql}: {line}");
+        }
+    }
+}

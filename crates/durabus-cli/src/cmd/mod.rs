@@ -5,6 +5,7 @@ pub mod demo;
 pub mod dlq;
 pub mod events;
 pub mod jobs;
+pub mod metrics;
 pub mod operations;
 pub mod payloads;
 pub mod replay;

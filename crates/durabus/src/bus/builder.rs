@@ -207,6 +207,13 @@ impl BusBuilder {
         self
     }
 
+    /// Sets the Prometheus metrics' prefix and gauge cache (see
+    /// [`MetricsConfig`](crate::MetricsConfig); `durabus_` and 15 s unless set).
+    pub fn metrics(mut self, metrics: crate::MetricsConfig) -> Self {
+        self.config.metrics = metrics;
+        self
+    }
+
     /// Sets the fallback poll interval (500 ms unless set).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.config.poll_interval = interval;

@@ -156,6 +156,11 @@ impl EventBus {
         Ok(out)
     }
 
+    /// The Prometheus metrics of this bus.
+    pub(crate) fn telemetry(&self) -> &Arc<crate::telemetry::Telemetry> {
+        self.dispatcher().telemetry()
+    }
+
     fn dispatcher(&self) -> &Arc<Dispatcher> {
         &self.inner.dispatcher
     }
@@ -283,11 +288,18 @@ impl EventBus {
         // insert and the delivery still finish and the outcome is recorded, so the event is
         // never left `processing` with nobody delivering it.
         let task = tokio::spawn(async move {
+            let started = std::time::Instant::now();
             let inserted = dispatcher
                 .store()
                 .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
                 .await
                 .map_err(Self::map_closed)?;
+            counted(
+                dispatcher.telemetry(),
+                [event.event_type.as_str()],
+                &inserted,
+                started,
+            );
             // Idempotent publish: an event with this id is already stored (and delivered, or
             // on its way); it is not delivered again.
             if inserted.first() == Some(&true) {
@@ -323,10 +335,14 @@ impl EventBus {
         let id = event.id;
         let now = self.clock().now();
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
-        self.store()
+        let event_type = event.event_type.clone();
+        let started = std::time::Instant::now();
+        let inserted = self
+            .store()
             .insert_with(vec![event], snapshots, InsertMode::Pending, now)
             .await
             .map_err(Self::map_closed)?;
+        counted(self.telemetry(), [event_type.as_str()], &inserted, started);
         Ok(id)
     }
 
@@ -345,10 +361,19 @@ impl EventBus {
         }
         let now = self.clock().now();
         let snapshots = self.published_snapshots(&events, now)?;
-        self.store()
+        let types: Vec<String> = events.iter().map(|e| e.event_type.clone()).collect();
+        let started = std::time::Instant::now();
+        let inserted = self
+            .store()
             .insert_with(events, snapshots, InsertMode::Pending, now)
             .await
             .map_err(Self::map_closed)?;
+        counted(
+            self.telemetry(),
+            types.iter().map(String::as_str),
+            &inserted,
+            started,
+        );
         Ok(ids)
     }
 
@@ -508,24 +533,73 @@ impl EventBus {
     /// and clock).
     pub fn dead_letters(&self) -> crate::DeadLetters {
         crate::DeadLetters::with_source(self.store(), self.clock(), self.inner.payloads.clone())
+            .observed(self.telemetry().clone())
+    }
+
+    /// The Prometheus text of this bus's metrics (every name is listed in
+    /// `docs/OPERATIONS.md`): what it counted since it was built, the store's depth and age
+    /// gauges (read by indexed queries at most every
+    /// [`MetricsConfig::gauge_refresh`](crate::MetricsConfig), 15 s by default, and cached in
+    /// between), its breakers and this process's resources. Serve it at `/metrics` with
+    /// [`telemetry::CONTENT_TYPE`](crate::telemetry::CONTENT_TYPE). Fails with the store's error
+    /// if the gauges cannot be read.
+    #[cfg(feature = "metrics")]
+    pub async fn metrics_text(&self) -> Result<String> {
+        let d = self.dispatcher();
+        let telemetry = d.telemetry();
+        let now = d.clock().now();
+        let store = match telemetry.cached_gauges(now) {
+            Some(g) => g,
+            None => {
+                let g = d.store().gauges(now).await?;
+                telemetry.keep_gauges(now, g.clone());
+                g
+            }
+        };
+        let breakers = d
+            .breakers()
+            .snapshot(d.registry().all(), now)
+            .into_iter()
+            .map(|b| {
+                let label = b.name.clone().unwrap_or_else(|| b.event_type.clone());
+                (
+                    label,
+                    crate::telemetry::breaker_state_value(b.breaker.state),
+                )
+            })
+            .collect();
+        let process = tokio::task::spawn_blocking(crate::telemetry::ProcessStats::read)
+            .await
+            .map_err(|e| Error::Internal(format!("reading process stats failed: {e}")))?;
+        telemetry.encode(&crate::telemetry::ScrapeInput {
+            store,
+            now,
+            breakers,
+            process,
+            uptime: telemetry.uptime(),
+        })
     }
 
     /// Durable operations on this bus's store: read, cancel, run. A started bus runs submitted
     /// operations (and resumes those whose runner died) by itself.
     pub fn operations(&self) -> crate::Operations {
         crate::Operations::with_clock(self.store(), self.clock())
+            .observed(Some(self.telemetry().clone()))
     }
 
     /// Replays on this bus's store and clock: preview, dry run, submit (a started bus runs
     /// submitted replays by itself), run here with a handler or filter, follow, cancel.
     pub fn replays(&self) -> crate::Replays {
-        crate::Replays::with_clock(self.store(), self.clock())
+        crate::Replays::with_clock(self.store(), self.clock()).observed(self.telemetry().clone())
     }
 
     /// The maintenance jobs of this bus (see [`SchedulerConfig`](crate::SchedulerConfig)): list
     /// them, run one now. A started bus runs them on their schedules.
     pub fn scheduler(&self) -> Result<crate::Scheduler> {
-        crate::Scheduler::new(self.store(), self.clock(), self.config().scheduler.clone())
+        Ok(
+            crate::Scheduler::new(self.store(), self.clock(), self.config().scheduler.clone())?
+                .observed(self.telemetry().clone()),
+        )
     }
 
     /// Crash recovery, then the store's own background work (PostgreSQL's lease heartbeats).
@@ -632,4 +706,33 @@ async fn run_operations(
     }
     options.pause.store(true, Ordering::SeqCst);
     while running.join_next().await.is_some() {}
+}
+
+/// Counts the events a publish stored (`inserted`: one flag per event, `false` for an id
+/// already stored) and times the insert.
+fn counted<'a>(
+    telemetry: &crate::telemetry::Telemetry,
+    types: impl IntoIterator<Item = &'a str>,
+    inserted: &[bool],
+    started: std::time::Instant,
+) {
+    telemetry.store_call(crate::telemetry::StoreCall::Insert, started.elapsed());
+    let mut run: Option<(&str, u64)> = None;
+    for (event_type, stored) in types.into_iter().zip(inserted) {
+        if !stored {
+            continue;
+        }
+        match &mut run {
+            Some((t, n)) if *t == event_type => *n += 1,
+            _ => {
+                if let Some((t, n)) = run.take() {
+                    telemetry.published(t, n);
+                }
+                run = Some((event_type, 1));
+            }
+        }
+    }
+    if let Some((t, n)) = run {
+        telemetry.published(t, n);
+    }
 }

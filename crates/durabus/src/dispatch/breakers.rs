@@ -2,7 +2,7 @@
 //! persisted), and the query API over them.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -10,6 +10,7 @@ use crate::breaker::{Admission, Breaker, BreakerConfig, BreakerSnapshot, Transit
 use crate::clock::Timestamp;
 use crate::handler::Subscription;
 use crate::sync::lock;
+use crate::telemetry::Telemetry;
 
 /// One subscription's breaker as [`EventBus::breakers`](crate::EventBus::breakers) reports it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -30,50 +31,53 @@ pub struct SubscriptionBreaker {
 pub(crate) struct Breakers {
     config: BreakerConfig,
     map: Mutex<HashMap<String, Breaker>>,
-}
-
-fn log(subscription_id: &str, t: Option<Transition>) {
-    if let Some(t) = t {
-        tracing::info!(
-            subscription_id,
-            from = %t.from,
-            to = %t.to,
-            "circuit breaker state changed"
-        );
-    }
+    telemetry: Arc<Telemetry>,
 }
 
 impl Breakers {
-    pub fn new(config: BreakerConfig) -> Self {
+    pub fn new(config: BreakerConfig, telemetry: Arc<Telemetry>) -> Self {
         Breakers {
             config,
             map: Mutex::new(HashMap::new()),
+            telemetry,
+        }
+    }
+
+    /// Logs and counts a state change of `sub`'s breaker.
+    fn changed(&self, sub: &Subscription, t: Option<Transition>) {
+        if let Some(t) = t {
+            tracing::info!(
+                subscription_id = %sub.id,
+                from = %t.from,
+                to = %t.to,
+                "circuit breaker state changed"
+            );
+            self.telemetry
+                .breaker_transition(sub.label(), t.to.as_str());
         }
     }
 
     /// Admits or skips each subscription for one event, all in one step, so two events
     /// dispatched at once cannot both take the half-open probe.
-    pub fn admit(&self, ids: &[&str], now: Timestamp) -> Vec<Admission> {
+    pub fn admit(&self, subs: &[&Subscription], now: Timestamp) -> Vec<Admission> {
         let mut map = lock(&self.map);
-        ids.iter()
-            .map(|id| {
-                if !map.contains_key(*id) {
-                    map.insert((*id).to_owned(), Breaker::new(self.config));
-                }
-                let Some(b) = map.get_mut(*id) else {
-                    return Admission::Run;
-                };
+        subs.iter()
+            .map(|sub| {
+                let b = map
+                    .entry(sub.id.clone())
+                    .or_insert_with(|| Breaker::new(self.config));
                 let (admission, t) = b.admit(now);
-                log(id, t);
+                self.changed(sub, t);
                 admission
             })
             .collect()
     }
 
     /// Records the outcome of an admitted run.
-    pub fn record(&self, id: &str, now: Timestamp, success: bool) {
-        if let Some(b) = lock(&self.map).get_mut(id) {
-            log(id, b.record(now, success));
+    pub fn record(&self, sub: &Subscription, now: Timestamp, success: bool) {
+        if let Some(b) = lock(&self.map).get_mut(&sub.id) {
+            let t = b.record(now, success);
+            self.changed(sub, t);
         }
     }
 

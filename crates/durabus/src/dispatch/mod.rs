@@ -29,6 +29,7 @@ use crate::metrics::RetryMetrics;
 use crate::payload::{ConfigCache, NewSnapshot, STAGE_ERROR, error_text, snapshot};
 use crate::retry::RetryPolicy;
 use crate::store::{Outcome, Store};
+use crate::telemetry::{StoreCall, Telemetry};
 
 /// An attempt's outcome and the `error` snapshot of its failure, if one is taken.
 pub(crate) type Attempted = (Outcome, Option<NewSnapshot>);
@@ -42,6 +43,7 @@ pub(crate) struct Dispatcher {
     breakers: Breakers,
     metrics: Arc<RetryMetrics>,
     observers: Vec<Arc<dyn Observer>>,
+    telemetry: Arc<Telemetry>,
     inflight: Arc<InFlight>,
     /// The payload configuration (for `error` snapshots), kept fresh by the bus.
     payloads: Arc<ConfigCache>,
@@ -55,13 +57,16 @@ impl Dispatcher {
         payloads: Arc<ConfigCache>,
     ) -> Dispatcher {
         let metrics = Arc::new(RetryMetrics::default());
+        let kind = store.backend().telemetry_kind();
+        let telemetry = Arc::new(Telemetry::new(config.metrics.clone(), kind));
         Dispatcher {
             store,
             clock,
-            breakers: Breakers::new(config.breaker),
+            breakers: Breakers::new(config.breaker, telemetry.clone()),
             config,
             registry: Registry::default(),
             observers: vec![metrics.clone()],
+            telemetry,
             metrics,
             inflight: Arc::new(InFlight::default()),
             payloads,
@@ -126,6 +131,11 @@ impl Dispatcher {
         &self.metrics
     }
 
+    /// The Prometheus metrics this dispatcher reports to.
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.telemetry
+    }
+
     pub fn inflight(&self) -> &Arc<InFlight> {
         &self.inflight
     }
@@ -152,12 +162,46 @@ impl Dispatcher {
         }
     }
 
-    /// Logs a decision and tells the observers.
-    fn account(&self, decision: &Decision, id: EventId, event_type: &str, prior: u32) {
+    /// Logs a decision and tells the observers (`created`: when the event was published).
+    fn account(
+        &self,
+        decision: &Decision,
+        id: EventId,
+        event_type: &str,
+        prior: u32,
+        created: Timestamp,
+    ) {
         emit(&decision.log, id, event_type);
         for o in &self.observers {
             o.pass_finished(event_type, prior, decision.pass);
         }
+        if !crate::pattern::is_system_type(event_type) {
+            self.telemetry
+                .pass_finished(event_type, decision.pass, self.since(created));
+        }
+    }
+
+    /// Time on the bus clock since `then` (zero if the clock is behind it).
+    fn since(&self, then: Timestamp) -> Duration {
+        Duration::from_millis(
+            u64::try_from(self.clock.now().as_millis() - then.as_millis()).unwrap_or(0),
+        )
+    }
+
+    /// Writes outcomes, timing the store call for the metrics.
+    async fn write_outcomes(
+        &self,
+        outcomes: Vec<Outcome>,
+        snapshots: Vec<NewSnapshot>,
+    ) -> Result<Vec<bool>> {
+        let started = std::time::Instant::now();
+        let result = self
+            .store
+            .record_many_with(outcomes, snapshots, self.clock.now())
+            .await;
+        self.telemetry
+            .store_call(StoreCall::Record, started.elapsed());
+        result
     }
 
     /// One delivery pass over a `processing` event: the matching handlers that have not yet
@@ -175,9 +219,17 @@ impl Dispatcher {
                     .map(|s| (s.info.id.clone(), s.key.clone())),
             }
         } else {
+            if event.retry_count == 0
+                && event.delivered.is_empty()
+                && !subs.is_empty()
+                && !crate::pattern::is_system_type(&event.event_type)
+            {
+                self.telemetry.handler_started(self.since(event.created_at));
+            }
             self.run_handlers(&event, &subs).await
         };
         let (id, prior, event_type) = (event.id, event.retry_count, event.event_type.clone());
+        let created = event.created_at;
         let payload = self.config.payload_snapshots.then(|| event.payload.clone());
         let decision = decide(
             event,
@@ -186,7 +238,7 @@ impl Dispatcher {
             self.clock.now(),
             fastrand::f64(),
         );
-        self.account(&decision, id, &event_type, prior);
+        self.account(&decision, id, &event_type, prior, created);
         let snap = payload.and_then(|p| self.error_snapshot(id, &event_type, &p, &decision.log));
         (decision.outcome, snap)
     }
@@ -197,8 +249,8 @@ impl Dispatcher {
             .iter()
             .filter(|s| !delivered.iter().any(|k| k == &s.key))
             .collect();
-        let ids: Vec<&str> = pending.iter().map(|s| s.info.id.as_str()).collect();
-        let admissions = self.breakers.admit(&ids, self.clock.now());
+        let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
+        let admissions = self.breakers.admit(&infos, self.clock.now());
         let mut deferred_until: Option<Timestamp> = None;
         for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
             if let Admission::Skip { retry_at } = admission {
@@ -206,9 +258,12 @@ impl Dispatcher {
                 deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
                 continue;
             }
+            let started = std::time::Instant::now();
             let result = run::run_handler(sub, event.clone()).await;
+            self.telemetry
+                .handler_finished(sub.info.label(), result.kind(), started.elapsed());
             self.breakers
-                .record(&sub.info.id, self.clock.now(), result.is_ok());
+                .record(&sub.info, self.clock.now(), result.is_ok());
             let Some((error, causes)) = result.into_failure() else {
                 delivered.push(sub.key.clone());
                 continue;
@@ -252,8 +307,7 @@ impl Dispatcher {
         let mut pause = Duration::from_millis(10);
         loop {
             match self
-                .store
-                .record_many_with(outcomes.clone(), snapshots.clone(), self.clock.now())
+                .write_outcomes(outcomes.clone(), snapshots.clone())
                 .await
             {
                 Ok(flags) => {
@@ -299,7 +353,11 @@ impl Dispatcher {
             }),
             deferred_until: None,
         };
-        let (prior, event_type) = (event.retry_count, event.event_type.clone());
+        let (prior, event_type, created) = (
+            event.retry_count,
+            event.event_type.clone(),
+            event.created_at,
+        );
         let payload = self.config.payload_snapshots.then(|| event.payload.clone());
         let now = self.clock.now();
         let decision = decide(event, ran, self.policies(&policy), now, fastrand::f64());
@@ -315,7 +373,7 @@ impl Dispatcher {
         if applied.first() != Some(&true) {
             return Err(Error::NotHeld(id.to_string()));
         }
-        self.account(&decision, id, &event_type, prior);
+        self.account(&decision, id, &event_type, prior, created);
         Ok(())
     }
 }

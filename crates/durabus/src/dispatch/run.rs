@@ -3,6 +3,7 @@
 use crate::dispatch::registry::Entry;
 use crate::event::Event;
 use crate::handler::{CatchUnwind, panic_message};
+use crate::telemetry::RunResult;
 
 /// How one handler run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +22,16 @@ impl HandlerOutcome {
     /// Whether the handler succeeded.
     pub fn is_ok(&self) -> bool {
         *self == HandlerOutcome::Ok
+    }
+
+    /// How the metrics label it.
+    pub fn kind(&self) -> RunResult {
+        match self {
+            HandlerOutcome::Ok => RunResult::Ok,
+            HandlerOutcome::Error(..) => RunResult::Error,
+            HandlerOutcome::Timeout(_) => RunResult::Timeout,
+            HandlerOutcome::Panic(_) => RunResult::Panic,
+        }
     }
 
     /// The failure text and its causes, if it failed.

@@ -136,7 +136,12 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                     .max(last_full.saturating_mul(2))
                     .min(config.claim_batch);
             }
-            match store.claim_due(clock.now(), limit).await {
+            let started = std::time::Instant::now();
+            let claimed = store.claim_due(clock.now(), limit).await;
+            dispatcher
+                .telemetry()
+                .store_call(crate::telemetry::StoreCall::Claim, started.elapsed());
+            match claimed {
                 Ok(events) => {
                     failures = 0;
                     last_full = if events.len() == limit { limit } else { 0 };

@@ -1,5 +1,6 @@
 //! [`DeadLetters`]: the operator's view of dead-letter records.
 
+use crate::telemetry::Telemetry;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -76,6 +77,7 @@ pub struct DeadLetters {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     configs: Arc<ConfigSource>,
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl DeadLetters {
@@ -100,7 +102,14 @@ impl DeadLetters {
             store,
             clock,
             configs,
+            telemetry: None,
         }
+    }
+
+    /// Counts the actions taken through this service in `telemetry` (a bus's metrics).
+    pub(crate) fn observed(mut self, telemetry: Arc<Telemetry>) -> Self {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     /// Replaces payloads with what operators may see.
@@ -160,10 +169,14 @@ impl DeadLetters {
     ) -> Result<Option<DeadLetter>> {
         action.validate()?;
         actor.validate()?;
+        let name = action.name();
         let mut after = self
             .store
             .dlq_act(id, action, actor.clone(), self.clock.now())
             .await?;
+        if let Some(t) = &self.telemetry {
+            t.dead_letter_action(name, actor.kind.as_str(), 1);
+        }
         if let Some(d) = after.as_mut() {
             self.redact(std::slice::from_mut(d)).await?;
         }

@@ -3,6 +3,7 @@
 //! runs out; another runner (a bus's operations task, or `durabus operations resume`) takes it
 //! over and goes on from the last chunk written.
 
+use crate::telemetry::Telemetry;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -46,6 +47,7 @@ impl Default for RunOptions {
 pub struct Operations {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 impl Operations {
@@ -56,7 +58,18 @@ impl Operations {
 
     /// On `store` reading `clock`.
     pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        Operations { store, clock }
+        Operations {
+            store,
+            clock,
+            telemetry: None,
+        }
+    }
+
+    /// Counts what runs through this service (dead-letter actions, replayed events) in
+    /// `telemetry` (a bus's metrics).
+    pub(crate) fn observed(mut self, telemetry: Option<Arc<Telemetry>>) -> Self {
+        self.telemetry = telemetry;
+        self
     }
 
     /// One operation. Fails with [`Error::NotFound`].
@@ -150,6 +163,7 @@ impl Operations {
                 clock: &self.clock,
                 options,
                 hooks,
+                telemetry: self.telemetry.as_deref(),
             };
             return run.drive(op, &mut progress).await;
         }
@@ -164,6 +178,11 @@ impl Operations {
             match self.chunk(&op, options).await {
                 Ok(report) => {
                     failures = 0;
+                    if let (Some(t), Some(action)) =
+                        (&self.telemetry, op.kind.strip_prefix("dead_letters."))
+                    {
+                        t.dead_letter_action(action, op.actor.kind.as_str(), report.processed);
+                    }
                     op = self.get(id).await?;
                     progress(&op);
                     if report.finished {

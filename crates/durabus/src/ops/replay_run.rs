@@ -28,6 +28,8 @@ pub(crate) struct Run<'a> {
     pub clock: &'a Arc<dyn Clock>,
     pub options: &'a RunOptions,
     pub hooks: &'a ReplayHooks,
+    /// The metrics the replayed events are counted in, if any.
+    pub telemetry: Option<&'a crate::telemetry::Telemetry>,
 }
 
 /// What the run knows beyond the stored operation: kept in step with what was written.
@@ -386,6 +388,7 @@ impl Run<'_> {
             error: None,
         };
         let next = self.commit(&op.id, advance).await?;
+        self.count(end.tally, None);
         state.cursor = end.cursor;
         state.summary = summary;
         Ok(next)
@@ -447,9 +450,27 @@ impl Run<'_> {
             error: end.error,
         };
         let next = self.commit(&op.id, advance).await?;
+        self.count(tally, Some(status));
         state.cursor = cursor;
         state.summary = summary;
         Ok(next)
+    }
+
+    /// Counts a written step in the metrics (and the end, with its status).
+    fn count(&self, tally: Tally, finished: Option<OperationStatus>) {
+        let Some(t) = self.telemetry else { return };
+        for (result, n) in [
+            ("replayed", tally.processed),
+            ("skipped", tally.skipped),
+            ("error", tally.errors),
+        ] {
+            if n > 0 {
+                t.replay_events(result, n);
+            }
+        }
+        if let Some(status) = finished {
+            t.replay_finished(status.as_str());
+        }
     }
 
     fn started(&self, op: &Operation, state: &State) -> Result<NewEvent> {

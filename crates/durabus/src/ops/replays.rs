@@ -110,6 +110,7 @@ impl ReplayHooks {
 pub struct Replays {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl Replays {
@@ -120,11 +121,22 @@ impl Replays {
 
     /// On `store` reading `clock` (rate limits pace themselves on it).
     pub fn with_clock(store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Self {
-        Replays { store, clock }
+        Replays {
+            store,
+            clock,
+            telemetry: None,
+        }
+    }
+
+    /// Counts the events replays handle in `telemetry` (a bus's metrics).
+    pub(crate) fn observed(mut self, telemetry: Arc<crate::telemetry::Telemetry>) -> Self {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     fn operations(&self) -> Operations {
         Operations::with_clock(self.store.clone(), self.clock.clone())
+            .observed(self.telemetry.clone())
     }
 
     /// What `selection` covers now: the count, per type, and the first [`SAMPLES`] events.

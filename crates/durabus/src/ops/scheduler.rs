@@ -189,6 +189,7 @@ pub struct Scheduler {
     config: SchedulerConfig,
     jobs: Arc<Vec<Job>>,
     holder: String,
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -225,7 +226,14 @@ impl Scheduler {
             config,
             jobs: Arc::new(jobs),
             holder: worker_name(),
+            telemetry: None,
         })
+    }
+
+    /// Counts the dead letters the auto-retry job sends back in `telemetry` (a bus's metrics).
+    pub(crate) fn observed(mut self, telemetry: Arc<crate::telemetry::Telemetry>) -> Self {
+        self.telemetry = Some(telemetry);
+        self
     }
 
     /// Every job with its schedule, next run and last run.
@@ -313,6 +321,9 @@ impl Scheduler {
                 let mut total = 0;
                 loop {
                     let n = self.store.dlq_auto_retry(now, CHUNK).await?;
+                    if let Some(t) = &self.telemetry {
+                        t.dead_letter_action("retry", "auto", n);
+                    }
                     total += n;
                     if n < CHUNK as u64 {
                         break;

@@ -216,6 +216,10 @@ pub trait QueryStore: sealed::Sealed + Send + Sync + 'static {
     /// lock is never held for a whole large purge.
     async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
 
+    /// The gauges of the metrics (depths and ages), each from an indexed query: cheap enough
+    /// for a scrape, never a scan of the event table.
+    async fn gauges(&self, now: Timestamp) -> Result<crate::telemetry::StoreGauges>;
+
     /// The upper bound of a walk over events frozen now: the highest position there is, up
     /// to `now` (see [`Position`]). Events stored later are never in the walk.
     async fn walk_bound(&self, now: Timestamp) -> Result<Position>;
@@ -423,6 +427,16 @@ impl Backend<'_> {
             Backend::Postgres(_) => 500,
             #[allow(unreachable_patterns)]
             _ => 50,
+        }
+    }
+
+    /// Which store the metrics describe (its own gauges differ).
+    pub fn telemetry_kind(&self) -> crate::telemetry::StoreKind {
+        match self {
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => crate::telemetry::StoreKind::Postgres,
+            #[allow(unreachable_patterns)]
+            _ => crate::telemetry::StoreKind::Sqlite,
         }
     }
 }

@@ -12,3 +12,4 @@ pub mod publish;
 pub mod replay;
 pub mod retry;
 pub mod store;
+pub mod telemetry;

@@ -35,7 +35,7 @@ fn quiet_death(id: durabus::EventId, event_type: &str, sub: &str) -> durabus::de
 }
 
 /// Fills the bus's store with `n` dead letters over [`TYPES`] types and [`GROUPS`] groups.
-async fn fill(bus: &EventBus, n: u64) -> anyhow::Result<()> {
+pub(super) async fn fill(bus: &EventBus, n: u64) -> anyhow::Result<()> {
     let store = bus.store();
     let now = bus.clock().now();
     let mut i = 0u64;

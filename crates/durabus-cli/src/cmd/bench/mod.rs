@@ -4,6 +4,7 @@
 mod dlq;
 mod harness;
 mod history;
+mod metrics;
 mod pipeline;
 mod postgres;
 mod publish;
@@ -53,7 +54,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, recovery, rss, history); the others are reported as 0. For profiling one path at a time.
+    /// replay, metrics, recovery, rss, history); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -106,6 +107,13 @@ pub struct Report {
     /// One caller's publish p99 while the throttled replay ran, and just before it (ms).
     pub replay_live_p99_ms: f64,
     pub replay_baseline_p99_ms: f64,
+    /// A `/metrics` scrape on a database with `metrics_history` completed events and
+    /// `metrics_dead_letters` dead letters (1M and 100k; `--quick`: 50k and 10k): reading every
+    /// store gauge, and served from the gauge cache (ms).
+    pub metrics_history: u64,
+    pub metrics_dead_letters: u64,
+    pub metrics_scrape_ms: f64,
+    pub metrics_scrape_cached_ms: f64,
     pub recovery_100_ms: f64,
     pub recovery_100k_ms: f64,
     pub rss_start_mb: f64,
@@ -268,6 +276,16 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         r.replay_baseline_p99_ms = limited.baseline_p99_ms;
         b.cleanup();
     }
+    if want("metrics") {
+        r.metrics_history = scale(1_000_000, 50_000);
+        r.metrics_dead_letters = scale(100_000, 10_000);
+        b.say("a /metrics scrape with a large history and many dead letters");
+        let s =
+            metrics::scrape(&b, r.metrics_history, r.metrics_dead_letters, runs.max(20)).await?;
+        r.metrics_scrape_ms = s.refresh_ms;
+        r.metrics_scrape_cached_ms = s.cached_ms;
+        b.cleanup();
+    }
     if want("recovery") {
         b.say("startup recovery, 100 stuck events");
         r.recovery_100_ms = median(b.repeat(runs, || pipeline::recovery(&b, 100)).await?);
@@ -398,6 +416,14 @@ fn print_table(r: &Report) {
                 r.replay_live_p99_ms, r.replay_baseline_p99_ms
             ),
             "< 2",
+        ),
+        (
+            "metrics scrape (ms)",
+            format!(
+                "{:.2} (cached: {:.2})",
+                r.metrics_scrape_ms, r.metrics_scrape_cached_ms
+            ),
+            "< 5 (1M history)",
         ),
         (
             "recovery, 100 (ms)",

@@ -11,6 +11,7 @@
 
 mod dead_letters;
 mod events;
+pub mod gauges;
 mod heartbeat;
 mod insert;
 mod jobs;

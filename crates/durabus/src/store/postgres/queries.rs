@@ -88,6 +88,10 @@ impl QueryStore for PgStore {
             .rows_affected())
     }
 
+    async fn gauges(&self, now: Timestamp) -> Result<crate::telemetry::StoreGauges> {
+        self.read_gauges(now).await
+    }
+
     async fn walk_bound(&self, now: Timestamp) -> Result<Position> {
         self.check()?;
         let row = q(&walk::bound(&self.sql.schema))

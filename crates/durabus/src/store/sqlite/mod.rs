@@ -4,6 +4,7 @@
 mod checkpoint;
 mod dead_letters;
 mod events;
+pub mod gauges;
 mod jobs;
 mod op;
 mod open;

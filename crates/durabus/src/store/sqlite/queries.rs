@@ -107,6 +107,10 @@ impl QueryStore for SqliteStore {
         self.write(PurgeHistory { cutoff, limit }, cutoff).await
     }
 
+    async fn gauges(&self, _now: Timestamp) -> Result<crate::telemetry::StoreGauges> {
+        self.read_gauges().await
+    }
+
     async fn walk_bound(&self, _now: Timestamp) -> Result<Position> {
         let prefix = self.sql.prefix.clone();
         let at = self.read(move |c| walk::bound(c, &prefix)).await?;

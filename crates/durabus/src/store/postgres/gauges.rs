@@ -1,0 +1,75 @@
+//! The metrics' store gauges on PostgreSQL: each an indexed lookup (a partial index, or the
+//! failure groups kept as records change), never a scan of the event tables; the pool's
+//! connections from the pool itself.
+
+use sqlx::Row;
+
+use super::{PgStore, q};
+use crate::clock::Timestamp;
+use crate::error::Result;
+use crate::telemetry::{PoolGauges, StoreGauges};
+
+/// The gauge statements of schema `s`, in one round trip (public for the query-plan test);
+/// `$1` is now in ms.
+pub fn statements(s: &str) -> Vec<String> {
+    vec![
+        format!("SELECT count(*) FROM {s}.events WHERE status = 'pending'"),
+        format!("SELECT count(*) FROM {s}.events WHERE status = 'processing'"),
+        format!("SELECT min(next_attempt_at) FROM {s}.events WHERE status = 'pending'"),
+        // One row per failure group: its open count is kept as records change.
+        format!("SELECT coalesce(sum(open), 0)::bigint FROM {s}.dead_letter_groups"),
+        format!("SELECT count(*) FROM {s}.dead_letters WHERE status = 'retrying'"),
+        format!(
+            "SELECT created_at FROM {s}.dead_letters WHERE status = 'pending' ORDER BY seq LIMIT 1"
+        ),
+        format!(
+            "SELECT count(DISTINCT lease_owner) FROM {s}.events
+             WHERE status = 'processing' AND lease_expires_at > $1"
+        ),
+    ]
+}
+
+/// All of [`statements`] as one query returning one row.
+fn combined(s: &str) -> String {
+    let parts: Vec<String> = statements(s)
+        .into_iter()
+        .enumerate()
+        .map(|(i, sql)| format!("({sql}) AS g{i}"))
+        .collect();
+    format!("SELECT {}", parts.join(", "))
+}
+
+impl PgStore {
+    /// The gauges, in one round trip, and the pool's connections.
+    pub(super) async fn read_gauges(&self, now: Timestamp) -> Result<StoreGauges> {
+        self.check()?;
+        let row = q(&combined(&self.sql.schema))
+            .bind(now.as_millis())
+            .fetch_one(&self.pool)
+            .await?;
+        let count =
+            |i: usize| -> Result<u64> { Ok(u64::try_from(row.try_get::<i64, _>(i)?).unwrap_or(0)) };
+        let time = |i: usize| -> Result<Option<Timestamp>> {
+            Ok(row.try_get::<Option<i64>, _>(i)?.map(Timestamp))
+        };
+        let open = count(3)?;
+        let retrying = count(4)?;
+        let size = u64::from(self.pool.size());
+        let idle = self.pool.num_idle() as u64;
+        Ok(StoreGauges {
+            pending: count(0)?,
+            processing: count(1)?,
+            oldest_due_at: time(2)?,
+            dead_letters_pending: open.saturating_sub(retrying),
+            dead_letters_retrying: retrying,
+            oldest_pending_dead_letter_at: time(5)?,
+            pool: Some(PoolGauges {
+                idle,
+                active: size.saturating_sub(idle),
+                max: u64::from(self.pool.options().get_max_connections()),
+            }),
+            wal_bytes: None,
+            live_workers: Some(count(6)?),
+        })
+    }
+}

@@ -1,0 +1,74 @@
+//! The metrics' store gauges on SQLite: each an indexed lookup (a partial index, or the
+//! failure groups kept as records change), never a scan of the event table.
+
+use rusqlite::Connection;
+
+use super::SqliteStore;
+use crate::clock::Timestamp;
+use crate::error::Result;
+use crate::telemetry::StoreGauges;
+
+/// The gauge statements, in the order [`read`] runs them (public for the query-plan test).
+pub fn statements(p: &str) -> Vec<String> {
+    vec![
+        format!("SELECT count(*) FROM {p}events WHERE status = 'pending'"),
+        format!("SELECT count(*) FROM {p}events WHERE status = 'processing'"),
+        format!("SELECT min(next_attempt_at) FROM {p}events WHERE status = 'pending'"),
+        // One row per failure group: its open count is kept as records change.
+        format!("SELECT coalesce(sum(open), 0) FROM {p}dead_letter_groups"),
+        format!("SELECT count(*) FROM {p}dead_letters WHERE status = 'retrying'"),
+        format!(
+            "SELECT created_at FROM {p}dead_letters WHERE status = 'pending' ORDER BY seq LIMIT 1"
+        ),
+    ]
+}
+
+fn read(conn: &Connection, prefix: &str) -> rusqlite::Result<StoreGauges> {
+    let s = statements(prefix);
+    let count = |i: usize| -> rusqlite::Result<u64> {
+        conn.prepare_cached(&s[i])?
+            .query_row([], |r| r.get::<_, i64>(0))
+            .map(|n| u64::try_from(n).unwrap_or(0))
+    };
+    let time = |i: usize| -> rusqlite::Result<Option<Timestamp>> {
+        let mut stmt = conn.prepare_cached(&s[i])?;
+        let mut rows = stmt.query([])?;
+        Ok(match rows.next()? {
+            Some(r) => r.get::<_, Option<i64>>(0)?.map(Timestamp),
+            None => None,
+        })
+    };
+    let open = count(3)?;
+    let retrying = count(4)?;
+    Ok(StoreGauges {
+        pending: count(0)?,
+        processing: count(1)?,
+        oldest_due_at: time(2)?,
+        dead_letters_pending: open.saturating_sub(retrying),
+        dead_letters_retrying: retrying,
+        oldest_pending_dead_letter_at: time(5)?,
+        pool: None,
+        wal_bytes: None,
+        live_workers: None,
+    })
+}
+
+impl SqliteStore {
+    /// The gauges, read on a reader connection (the WAL size from the file beside the
+    /// database).
+    pub(super) async fn read_gauges(&self) -> Result<StoreGauges> {
+        let prefix = self.sql.prefix.clone();
+        let wal = {
+            let mut p = self.path.clone().into_os_string();
+            p.push("-wal");
+            std::path::PathBuf::from(p)
+        };
+        self.read(move |c| {
+            let mut g = read(c, &prefix)?;
+            // No file: nothing written since the last checkpoint truncated it.
+            g.wal_bytes = Some(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+            Ok(g)
+        })
+        .await
+    }
+}

@@ -1,0 +1,417 @@
+//! The metric families (prometheus-client) and their encoding.
+
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::{
+    LATENCY_BUCKETS, PROCESSING_BUCKETS, RunResult, STORE_BUCKETS, ScrapeInput, StoreCall,
+    StoreGauges, StoreKind,
+};
+use crate::error::{Error, Result};
+use crate::metrics::Pass;
+
+type One = [(&'static str, String); 1];
+type Two = [(&'static str, String); 2];
+type Hist = Family<One, Histogram, fn() -> Histogram>;
+type F64Gauge = Gauge<f64, AtomicU64>;
+
+fn latency() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+fn store_buckets() -> Histogram {
+    Histogram::new(STORE_BUCKETS)
+}
+
+fn processing() -> Histogram {
+    Histogram::new(PROCESSING_BUCKETS)
+}
+
+fn one(key: &'static str, value: &str) -> One {
+    [(key, value.to_owned())]
+}
+
+fn two(k1: &'static str, v1: &str, k2: &'static str, v2: &str) -> Two {
+    [(k1, v1.to_owned()), (k2, v2.to_owned())]
+}
+
+/// The gauges set at each scrape.
+#[derive(Default)]
+struct Gauges {
+    events: Family<One, Gauge>,
+    oldest_due_age: F64Gauge,
+    dead_letters: Family<One, Gauge>,
+    oldest_dead_letter_age: F64Gauge,
+    pool: Family<One, Gauge>,
+    wal_bytes: Gauge,
+    live_workers: Gauge,
+}
+
+/// What this process counts, and the process gauges.
+struct Counted {
+    published: Family<One, Counter>,
+    delivered: Family<One, Counter>,
+    retried: Family<One, Counter>,
+    dead_lettered: Family<One, Counter>,
+    deferred: Family<One, Counter>,
+    handler_runs: Family<Two, Counter>,
+    breaker_transitions: Family<Two, Counter>,
+    dead_letter_actions: Family<Two, Counter>,
+    replay_events: Family<One, Counter>,
+    replays: Family<One, Counter>,
+    handler_duration: Hist,
+    processing: Hist,
+    store_calls: Hist,
+    breaker_state: Family<One, Gauge>,
+    resident: Gauge,
+    virtual_memory: Gauge,
+    cpu: Counter<f64, AtomicU64>,
+    fds: Gauge,
+    uptime: F64Gauge,
+}
+
+/// Every family of one registry.
+pub(super) struct Families {
+    registry: Registry,
+    gauges: Gauges,
+    counted: Option<Counted>,
+    /// Publish → handler start (first attempts).
+    pub delivery_latency: Histogram,
+}
+
+impl Families {
+    /// The families under `prefix`; `counted`: also the counters, histograms and process
+    /// gauges of a running bus.
+    pub fn new(prefix: &str, kind: StoreKind, counted: bool) -> Families {
+        let mut registry = Registry::with_prefix(prefix);
+        let gauges = Gauges::default();
+        registry.register(
+            "events",
+            "Events waiting (status=pending) and being delivered (status=processing)",
+            gauges.events.clone(),
+        );
+        registry.register(
+            "oldest_due_event_age_seconds",
+            "How long the earliest due pending event has been due (0: none)",
+            gauges.oldest_due_age.clone(),
+        );
+        registry.register(
+            "dead_letters",
+            "Open dead letters by status (pending, retrying)",
+            gauges.dead_letters.clone(),
+        );
+        registry.register(
+            "oldest_pending_dead_letter_age_seconds",
+            "Age of the oldest pending dead letter (0: none)",
+            gauges.oldest_dead_letter_age.clone(),
+        );
+        match kind {
+            StoreKind::Postgres => {
+                registry.register(
+                    "db_pool_connections",
+                    "Connections of the store's pool by state (idle, active, max)",
+                    gauges.pool.clone(),
+                );
+                registry.register(
+                    "live_workers",
+                    "Worker processes holding a live lease on an event",
+                    gauges.live_workers.clone(),
+                );
+            }
+            StoreKind::Sqlite => {
+                registry.register(
+                    "sqlite_wal_bytes",
+                    "Size of the SQLite write-ahead log file",
+                    gauges.wal_bytes.clone(),
+                );
+            }
+        }
+        let counted = counted.then(|| Counted::register(&mut registry));
+        let delivery_latency = latency();
+        if counted.is_some() {
+            registry.register(
+                "delivery_latency_seconds",
+                "Time from publish to the start of the first handler run of an event",
+                delivery_latency.clone(),
+            );
+        }
+        Families {
+            registry,
+            gauges,
+            counted,
+            delivery_latency,
+        }
+    }
+
+    fn counted(&self) -> Option<&Counted> {
+        self.counted.as_ref()
+    }
+
+    pub fn published(&self, event_type: &str, n: u64) {
+        if let Some(c) = self.counted() {
+            c.published
+                .get_or_create(&one("type", event_type))
+                .inc_by(n);
+        }
+    }
+
+    pub fn handler_finished(&self, subscription: &str, result: RunResult, took: Duration) {
+        if let Some(c) = self.counted() {
+            c.handler_runs
+                .get_or_create(&two(
+                    "subscription",
+                    subscription,
+                    "result",
+                    result.as_str(),
+                ))
+                .inc();
+            c.handler_duration
+                .get_or_create(&one("subscription", subscription))
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    pub fn pass_finished(&self, event_type: &str, pass: Pass, since_publish: Duration) {
+        let Some(c) = self.counted() else { return };
+        let label = one("type", event_type);
+        match pass {
+            Pass::Succeeded => {
+                c.delivered.get_or_create(&label).inc();
+                c.processing
+                    .get_or_create(&label)
+                    .observe(since_publish.as_secs_f64());
+            }
+            Pass::Failed { dead: false } => {
+                c.retried.get_or_create(&label).inc();
+            }
+            Pass::Failed { dead: true } => {
+                c.dead_lettered.get_or_create(&label).inc();
+            }
+            Pass::Deferred => {
+                c.deferred.get_or_create(&label).inc();
+            }
+        }
+    }
+
+    pub fn store_call(&self, call: StoreCall, took: Duration) {
+        if let Some(c) = self.counted() {
+            c.store_calls
+                .get_or_create(&one("operation", call.as_str()))
+                .observe(took.as_secs_f64());
+        }
+    }
+
+    pub fn breaker_transition(&self, subscription: &str, to: &str) {
+        if let Some(c) = self.counted() {
+            c.breaker_transitions
+                .get_or_create(&two("subscription", subscription, "to", to))
+                .inc();
+        }
+    }
+
+    pub fn dead_letter_action(&self, action: &str, actor_kind: &str, n: u64) {
+        if let Some(c) = self.counted() {
+            c.dead_letter_actions
+                .get_or_create(&two("action", action, "actor_kind", actor_kind))
+                .inc_by(n);
+        }
+    }
+
+    pub fn replay_events(&self, result: &str, n: u64) {
+        if let Some(c) = self.counted() {
+            c.replay_events
+                .get_or_create(&one("result", result))
+                .inc_by(n);
+        }
+    }
+
+    pub fn replay_finished(&self, status: &str) {
+        if let Some(c) = self.counted() {
+            c.replays.get_or_create(&one("status", status)).inc();
+        }
+    }
+
+    /// Sets the gauges from `input` and encodes every family.
+    pub fn encode(&self, input: &ScrapeInput) -> Result<String> {
+        let g = &self.gauges;
+        let s = &input.store;
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        g.events
+            .get_or_create(&one("status", "pending"))
+            .set(int(s.pending));
+        g.events
+            .get_or_create(&one("status", "processing"))
+            .set(int(s.processing));
+        g.oldest_due_age
+            .set(StoreGauges::age(s.oldest_due_at, input.now));
+        g.dead_letters
+            .get_or_create(&one("status", "pending"))
+            .set(int(s.dead_letters_pending));
+        g.dead_letters
+            .get_or_create(&one("status", "retrying"))
+            .set(int(s.dead_letters_retrying));
+        g.oldest_dead_letter_age
+            .set(StoreGauges::age(s.oldest_pending_dead_letter_at, input.now));
+        if let Some(pool) = s.pool {
+            for (state, v) in [
+                ("idle", pool.idle),
+                ("active", pool.active),
+                ("max", pool.max),
+            ] {
+                g.pool.get_or_create(&one("state", state)).set(int(v));
+            }
+        }
+        g.wal_bytes.set(int(s.wal_bytes.unwrap_or(0)));
+        g.live_workers.set(int(s.live_workers.unwrap_or(0)));
+        if let Some(c) = self.counted() {
+            c.breaker_state.clear();
+            for (sub, state) in &input.breakers {
+                c.breaker_state
+                    .get_or_create(&one("subscription", sub))
+                    .set(*state);
+            }
+            let p = &input.process;
+            c.resident.set(int(p.resident_bytes));
+            c.virtual_memory.set(int(p.virtual_bytes));
+            c.fds.set(int(p.open_fds));
+            let cpu = c.cpu.get();
+            if p.cpu_seconds > cpu {
+                c.cpu.inc_by(p.cpu_seconds - cpu);
+            }
+            c.uptime.set(input.uptime.as_secs_f64());
+        }
+        let mut out = String::new();
+        encode(&mut out, &self.registry)
+            .map_err(|e| Error::Internal(format!("encoding the metrics failed: {e}")))?;
+        Ok(out)
+    }
+}
+
+impl Counted {
+    fn register(r: &mut Registry) -> Counted {
+        let c = Counted {
+            published: Family::default(),
+            delivered: Family::default(),
+            retried: Family::default(),
+            dead_lettered: Family::default(),
+            deferred: Family::default(),
+            handler_runs: Family::default(),
+            breaker_transitions: Family::default(),
+            dead_letter_actions: Family::default(),
+            replay_events: Family::default(),
+            replays: Family::default(),
+            handler_duration: Family::new_with_constructor(latency),
+            processing: Family::new_with_constructor(processing),
+            store_calls: Family::new_with_constructor(store_buckets),
+            breaker_state: Family::default(),
+            resident: Gauge::default(),
+            virtual_memory: Gauge::default(),
+            cpu: Counter::default(),
+            fds: Gauge::default(),
+            uptime: Gauge::default(),
+        };
+        r.register(
+            "events_published",
+            "Events stored by a publish (an id already stored is not counted)",
+            c.published.clone(),
+        );
+        r.register(
+            "events_delivered",
+            "Events whose every matching handler succeeded (status done)",
+            c.delivered.clone(),
+        );
+        r.register(
+            "events_retried",
+            "Failed delivery attempts that scheduled a retry",
+            c.retried.clone(),
+        );
+        r.register(
+            "events_dead_lettered",
+            "Events moved to the dead-letter queue (attempts exhausted)",
+            c.dead_lettered.clone(),
+        );
+        r.register(
+            "events_deferred",
+            "Delivery passes put off because a subscription's circuit breaker was open",
+            c.deferred.clone(),
+        );
+        r.register(
+            "handler_runs",
+            "Handler runs by subscription and result (ok, error, timeout, panic)",
+            c.handler_runs.clone(),
+        );
+        r.register(
+            "breaker_transitions",
+            "Circuit breaker state changes by subscription and new state",
+            c.breaker_transitions.clone(),
+        );
+        r.register(
+            "dead_letter_actions",
+            "Dead letters acted on by action (retry, resolve, abandon, purge) and actor kind",
+            c.dead_letter_actions.clone(),
+        );
+        r.register(
+            "replay_events",
+            "Events handled by replays by result (replayed, skipped, error)",
+            c.replay_events.clone(),
+        );
+        r.register(
+            "replays",
+            "Replays ended, by status (completed, failed, cancelled)",
+            c.replays.clone(),
+        );
+        r.register(
+            "handler_duration_seconds",
+            "How long handler runs took, by subscription",
+            c.handler_duration.clone(),
+        );
+        r.register(
+            "processing_seconds",
+            "Time from publish to done, by event type (retries included)",
+            c.processing.clone(),
+        );
+        r.register(
+            "db_query_duration_seconds",
+            "Store calls of the delivery path by operation (insert, claim, record)",
+            c.store_calls.clone(),
+        );
+        r.register(
+            "breaker_state",
+            "Circuit breaker state by subscription: 0 closed, 1 half-open, 2 open",
+            c.breaker_state.clone(),
+        );
+        r.register(
+            "process_resident_memory_bytes",
+            "Resident memory of this process",
+            c.resident.clone(),
+        );
+        r.register(
+            "process_virtual_memory_bytes",
+            "Virtual memory of this process",
+            c.virtual_memory.clone(),
+        );
+        r.register(
+            "process_cpu_seconds",
+            "CPU time (user and system) of this process",
+            c.cpu.clone(),
+        );
+        r.register(
+            "process_open_fds",
+            "Open file descriptors of this process",
+            c.fds.clone(),
+        );
+        r.register(
+            "process_uptime_seconds",
+            "Seconds since the bus was built",
+            c.uptime.clone(),
+        );
+        c
+    }
+}

@@ -1,0 +1,272 @@
+//! Prometheus metrics: counters and histograms kept as things happen, gauges read at scrape
+//! time (store depths and ages from indexed queries, cached; this process's resources).
+//!
+//! Every name, type and label is listed in `docs/OPERATIONS.md` ("Metrics"). The families
+//! exist with the `metrics` feature; without it [`Telemetry`] is kept but records nothing, so
+//! the code that reports to it is the same either way.
+
+mod gauges;
+
+#[cfg(feature = "metrics")]
+mod families;
+
+pub use self::gauges::{PoolGauges, ProcessStats, StoreGauges};
+
+use std::time::Duration;
+
+use crate::config::MetricsConfig;
+use crate::metrics::Pass;
+
+/// How a handler run ended, as the metrics label it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunResult {
+    /// It returned `Ok(())`.
+    Ok,
+    /// It returned an error.
+    Error,
+    /// It ran past its timeout.
+    Timeout,
+    /// It panicked.
+    Panic,
+}
+
+impl RunResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunResult::Ok => "ok",
+            RunResult::Error => "error",
+            RunResult::Timeout => "timeout",
+            RunResult::Panic => "panic",
+        }
+    }
+}
+
+/// Which store the metrics describe: its own gauges differ (the write-ahead log of SQLite;
+/// the pool and the live workers of PostgreSQL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// An SQLite file.
+    Sqlite,
+    /// A PostgreSQL schema.
+    Postgres,
+}
+
+/// A timed store call (the `operation` label of `db_query_duration_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreCall {
+    /// Storing published events.
+    Insert,
+    /// Claiming due events.
+    Claim,
+    /// Recording delivery outcomes.
+    Record,
+}
+
+impl StoreCall {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreCall::Insert => "insert",
+            StoreCall::Claim => "claim",
+            StoreCall::Record => "record",
+        }
+    }
+}
+
+/// A circuit breaker's state as a gauge value: 0 closed, 1 half-open, 2 open.
+pub fn breaker_state_value(state: crate::breaker::BreakerState) -> i64 {
+    match state {
+        crate::breaker::BreakerState::Closed => 0,
+        crate::breaker::BreakerState::HalfOpen => 1,
+        crate::breaker::BreakerState::Open => 2,
+    }
+}
+
+/// What a scrape shows besides the counters: read just before encoding.
+#[derive(Debug, Clone)]
+pub struct ScrapeInput {
+    /// The store's gauges (cached by the caller), and the time they are aged against.
+    pub store: StoreGauges,
+    /// The scrape time (the bus clock), in ms.
+    pub now: crate::clock::Timestamp,
+    /// Each subscription's breaker state value (see [`breaker_state_value`]).
+    pub breakers: Vec<(String, i64)>,
+    /// This process.
+    pub process: ProcessStats,
+    /// Seconds since the metrics were created (the bus was built).
+    pub uptime: Duration,
+}
+
+/// The metrics of one bus (or, for the CLI, of one database: gauges only).
+pub struct Telemetry {
+    config: MetricsConfig,
+    #[cfg(feature = "metrics")]
+    families: families::Families,
+    created: std::time::Instant,
+    /// The store gauges of the last refresh, and when (bus clock).
+    cache: std::sync::Mutex<Option<(crate::clock::Timestamp, StoreGauges)>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("prefix", &self.config.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// Every family of a bus on a `kind` store, under `config`'s prefix.
+    pub fn new(config: MetricsConfig, kind: StoreKind) -> Telemetry {
+        #[cfg(not(feature = "metrics"))]
+        let _ = kind;
+        Telemetry {
+            #[cfg(feature = "metrics")]
+            families: families::Families::new(config.stem(), kind, true),
+            config,
+            created: std::time::Instant::now(),
+            cache: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Only what a database tells without a running bus (the store gauges): for a tool that
+    /// inspects a database, where counters of its own process would mean nothing.
+    pub fn gauges_only(config: MetricsConfig, kind: StoreKind) -> Telemetry {
+        #[cfg(not(feature = "metrics"))]
+        let _ = kind;
+        Telemetry {
+            #[cfg(feature = "metrics")]
+            families: families::Families::new(config.stem(), kind, false),
+            config,
+            created: std::time::Instant::now(),
+            cache: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The cached store gauges, if refreshed less than `gauge_refresh` before `now`.
+    pub fn cached_gauges(&self, now: crate::clock::Timestamp) -> Option<StoreGauges> {
+        let cache = crate::sync::lock(&self.cache);
+        let (at, g) = cache.as_ref()?;
+        let age = u64::try_from(now.as_millis() - at.as_millis()).ok()?;
+        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| g.clone())
+    }
+
+    /// Keeps `gauges`, read at `now`, for the next scrapes.
+    pub fn keep_gauges(&self, now: crate::clock::Timestamp, gauges: StoreGauges) {
+        *crate::sync::lock(&self.cache) = Some((now, gauges));
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &MetricsConfig {
+        &self.config
+    }
+
+    /// How long since these metrics were created.
+    pub fn uptime(&self) -> Duration {
+        self.created.elapsed()
+    }
+
+    /// `n` events of `event_type` were stored by a publish.
+    pub(crate) fn published(&self, event_type: &str, n: u64) {
+        #[cfg(feature = "metrics")]
+        self.families.published(event_type, n);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (event_type, n);
+    }
+
+    /// A handler started `waited` after its event was published (its first attempt only).
+    pub(crate) fn handler_started(&self, waited: Duration) {
+        #[cfg(feature = "metrics")]
+        self.families.delivery_latency.observe(waited.as_secs_f64());
+        #[cfg(not(feature = "metrics"))]
+        let _ = waited;
+    }
+
+    /// A handler of `subscription` ran for `took` and ended with `result`.
+    pub(crate) fn handler_finished(&self, subscription: &str, result: RunResult, took: Duration) {
+        #[cfg(feature = "metrics")]
+        self.families.handler_finished(subscription, result, took);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (subscription, result, took);
+    }
+
+    /// A delivery pass over an event of `event_type` ended (`took`: from publish, for an
+    /// event that ended `done`).
+    pub(crate) fn pass_finished(&self, event_type: &str, pass: Pass, since_publish: Duration) {
+        #[cfg(feature = "metrics")]
+        self.families.pass_finished(event_type, pass, since_publish);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (event_type, pass, since_publish);
+    }
+
+    /// A store call took `took`.
+    pub(crate) fn store_call(&self, call: StoreCall, took: Duration) {
+        #[cfg(feature = "metrics")]
+        self.families.store_call(call, took);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (call, took);
+    }
+
+    /// `subscription`'s breaker changed to `to` (`closed`, `open`, `half_open`).
+    pub(crate) fn breaker_transition(&self, subscription: &str, to: &str) {
+        #[cfg(feature = "metrics")]
+        self.families.breaker_transition(subscription, to);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (subscription, to);
+    }
+
+    /// `n` dead letters got `action` (`retry`, `resolve`, `abandon`, `purge`) from an actor of
+    /// `actor_kind`.
+    pub(crate) fn dead_letter_action(&self, action: &str, actor_kind: &str, n: u64) {
+        #[cfg(feature = "metrics")]
+        self.families.dead_letter_action(action, actor_kind, n);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (action, actor_kind, n);
+    }
+
+    /// A replay handled `n` events with `result` (`replayed`, `skipped`, `error`).
+    pub(crate) fn replay_events(&self, result: &str, n: u64) {
+        #[cfg(feature = "metrics")]
+        self.families.replay_events(result, n);
+        #[cfg(not(feature = "metrics"))]
+        let _ = (result, n);
+    }
+
+    /// A replay ended with `status` (`completed`, `failed`, `cancelled`).
+    pub(crate) fn replay_finished(&self, status: &str) {
+        #[cfg(feature = "metrics")]
+        self.families.replay_finished(status);
+        #[cfg(not(feature = "metrics"))]
+        let _ = status;
+    }
+
+    /// The Prometheus text of every family, gauges set from `input` (the OpenMetrics text
+    /// format, which Prometheus reads; serve it as [`CONTENT_TYPE`]).
+    #[cfg(feature = "metrics")]
+    pub fn encode(&self, input: &ScrapeInput) -> crate::Result<String> {
+        self.families.encode(input)
+    }
+}
+
+/// The content type of [`Telemetry::encode`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The buckets of the latency histograms (seconds): 0.5 ms to about 16 s, doubling.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048,
+    4.096, 8.192, 16.384,
+];
+
+/// The buckets of the store-call histogram (seconds): 50 µs to about 1.6 s, doubling.
+pub const STORE_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.0002, 0.0004, 0.0008, 0.0016, 0.0032, 0.0064, 0.0128, 0.0256, 0.0512,
+    0.1024, 0.2048, 0.4096, 0.8192, 1.6384,
+];
+
+/// The buckets of the time-to-done histogram (seconds): a delivery at once up to one that
+/// took a day of retries.
+pub const PROCESSING_BUCKETS: [f64; 16] = [
+    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 21600.0,
+    86400.0,
+];
