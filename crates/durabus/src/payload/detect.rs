@@ -139,10 +139,40 @@ fn walk(value: &Value, key: Option<&str>, flags: &mut ContentFlags) {
 /// The flags of the JSON text `payload` (a text that is not JSON has none).
 pub fn detect(payload: &str) -> ContentFlags {
     let mut flags = ContentFlags::default();
+    if !may_flag(payload.as_bytes()) {
+        return flags;
+    }
     if let Ok(value) = serde_json::from_str::<Value>(payload) {
         walk(&value, None, &mut flags);
     }
     flags
+}
+
+/// Whether `text` can set a flag at all: every rule needs, somewhere in the text, a media
+/// MIME type (`image/`, `audio/`, `video/`, `application/pdf`, any case), `;base64,`, or a run
+/// of [`MIN_BASE64_RUN`] base64 characters; a JSON escape (`\`) could hide one, so a text with
+/// a backslash is always parsed. Most payloads have none of these and are not parsed at all (a
+/// byte scan instead of building a JSON tree per snapshot).
+fn may_flag(text: &[u8]) -> bool {
+    const MEDIA: [&[u8]; 4] = [b"image/", b"audio/", b"video/", b"application/pdf"];
+    if text.contains(&b'\\') {
+        return true;
+    }
+    let mut run = 0usize;
+    for &c in text {
+        if b64_char(c) {
+            run += 1;
+            if run >= MIN_BASE64_RUN {
+                return true;
+            }
+        } else {
+            run = 0;
+        }
+    }
+    text.windows(8).any(|w| w == b";base64,")
+        || MEDIA
+            .iter()
+            .any(|m| text.windows(m.len()).any(|w| w.eq_ignore_ascii_case(m)))
 }
 
 #[cfg(test)]
@@ -154,6 +184,26 @@ mod tests {
 
     fn flags(v: serde_json::Value) -> ContentFlags {
         detect(&v.to_string())
+    }
+
+    #[test]
+    fn the_prefilter_never_hides_a_flag() {
+        // Each flagged sample passes the byte scan; escaped JSON is always parsed.
+        for text in [
+            format!("{{\"a\": \"data:IMAGE/png;base64,{B64}\"}}"),
+            "{\"mime\": \"Video/mp4\"}".to_owned(),
+            "{\"mime\": \"image\\/png\"}".to_owned(),
+            format!("{{\"blob\": \"{B64}\"}}"),
+            "{\"d\": \"data:text/plain;base64,aGk=\"}".to_owned(),
+        ] {
+            assert!(may_flag(text.as_bytes()), "{text}");
+        }
+        assert!(detect("{\"mime\": \"image\\/png\"}").contains_media);
+        assert!(detect("{\"d\": \"data:text/plain;base64,aGk=\"}").contains_base64);
+        let plain =
+            r#"{"order_id": 7, "customer": "customer-0001-with-a-reasonably-long-identifier"}"#;
+        assert!(!may_flag(plain.as_bytes()));
+        assert_eq!(detect(plain), ContentFlags::default());
     }
 
     #[test]

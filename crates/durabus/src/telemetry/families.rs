@@ -1,5 +1,7 @@
 //! The metric families (prometheus-client) and their encoding.
 
+use std::collections::HashMap;
+use std::sync::RwLock;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -16,6 +18,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::metrics::Pass;
+use crate::sync::{read, write};
 
 type One = [(&'static str, String); 1];
 type Two = [(&'static str, String); 2];
@@ -69,6 +72,8 @@ struct Counted {
     handler_duration: Hist,
     processing: Hist,
     store_calls: Hist,
+    /// Its three series (by [`StoreCall`] in declaration order), taken once.
+    store_by_call: [Histogram; 3],
     breaker_state: Family<One, Gauge>,
     resident: Gauge,
     virtual_memory: Gauge,
@@ -77,11 +82,31 @@ struct Counted {
     uptime: F64Gauge,
 }
 
+/// The counters of one event type, taken from their families once: the hot path finds them
+/// by the type's `&str` (no label set built, nothing allocated).
+struct PerType {
+    published: Counter,
+    delivered: Counter,
+    retried: Counter,
+    dead_lettered: Counter,
+    deferred: Counter,
+    processing: Histogram,
+}
+
+/// The handler metrics of one subscription label, likewise.
+struct PerSub {
+    /// By [`RunResult`] in declaration order.
+    runs: [Counter; 4],
+    duration: Histogram,
+}
+
 /// Every family of one registry.
 pub(super) struct Families {
     registry: Registry,
     gauges: Gauges,
     counted: Option<Counted>,
+    types: RwLock<HashMap<String, PerType>>,
+    subs: RwLock<HashMap<String, PerSub>>,
     /// Publish → handler start (first attempts).
     pub delivery_latency: Histogram,
 }
@@ -146,6 +171,8 @@ impl Families {
             registry,
             gauges,
             counted,
+            types: RwLock::new(HashMap::new()),
+            subs: RwLock::new(HashMap::new()),
             delivery_latency,
         }
     }
@@ -154,57 +181,91 @@ impl Families {
         self.counted.as_ref()
     }
 
+    /// Runs `f` on `event_type`'s counters (made, at zero, the first time the type is seen).
+    fn with_type(&self, c: &Counted, event_type: &str, f: impl FnOnce(&PerType)) {
+        if let Some(t) = read(&self.types).get(event_type) {
+            return f(t);
+        }
+        let label = one("type", event_type);
+        let made = PerType {
+            published: c.published.get_or_create_owned(&label),
+            delivered: c.delivered.get_or_create_owned(&label),
+            retried: c.retried.get_or_create_owned(&label),
+            dead_lettered: c.dead_lettered.get_or_create_owned(&label),
+            deferred: c.deferred.get_or_create_owned(&label),
+            processing: c.processing.get_or_create_owned(&label),
+        };
+        let mut types = write(&self.types);
+        f(types.entry(event_type.to_owned()).or_insert(made));
+    }
+
+    /// Runs `f` on `subscription`'s handler metrics (made the first time it is seen).
+    fn with_sub(&self, c: &Counted, subscription: &str, f: impl FnOnce(&PerSub)) {
+        if let Some(s) = read(&self.subs).get(subscription) {
+            return f(s);
+        }
+        let run = |r: RunResult| {
+            c.handler_runs.get_or_create_owned(&two(
+                "subscription",
+                subscription,
+                "result",
+                r.as_str(),
+            ))
+        };
+        let made = PerSub {
+            runs: [
+                run(RunResult::Ok),
+                run(RunResult::Error),
+                run(RunResult::Timeout),
+                run(RunResult::Panic),
+            ],
+            duration: c
+                .handler_duration
+                .get_or_create_owned(&one("subscription", subscription)),
+        };
+        let mut subs = write(&self.subs);
+        f(subs.entry(subscription.to_owned()).or_insert(made));
+    }
+
     pub fn published(&self, event_type: &str, n: u64) {
         if let Some(c) = self.counted() {
-            c.published
-                .get_or_create(&one("type", event_type))
-                .inc_by(n);
+            self.with_type(c, event_type, |t| {
+                t.published.inc_by(n);
+            });
         }
     }
 
     pub fn handler_finished(&self, subscription: &str, result: RunResult, took: Duration) {
         if let Some(c) = self.counted() {
-            c.handler_runs
-                .get_or_create(&two(
-                    "subscription",
-                    subscription,
-                    "result",
-                    result.as_str(),
-                ))
-                .inc();
-            c.handler_duration
-                .get_or_create(&one("subscription", subscription))
-                .observe(took.as_secs_f64());
+            self.with_sub(c, subscription, |s| {
+                s.runs[result as usize].inc();
+                s.duration.observe(took.as_secs_f64());
+            });
         }
     }
 
     pub fn pass_finished(&self, event_type: &str, pass: Pass, since_publish: Duration) {
         let Some(c) = self.counted() else { return };
-        let label = one("type", event_type);
-        match pass {
+        self.with_type(c, event_type, |t| match pass {
             Pass::Succeeded => {
-                c.delivered.get_or_create(&label).inc();
-                c.processing
-                    .get_or_create(&label)
-                    .observe(since_publish.as_secs_f64());
+                t.delivered.inc();
+                t.processing.observe(since_publish.as_secs_f64());
             }
             Pass::Failed { dead: false } => {
-                c.retried.get_or_create(&label).inc();
+                t.retried.inc();
             }
             Pass::Failed { dead: true } => {
-                c.dead_lettered.get_or_create(&label).inc();
+                t.dead_lettered.inc();
             }
             Pass::Deferred => {
-                c.deferred.get_or_create(&label).inc();
+                t.deferred.inc();
             }
-        }
+        });
     }
 
     pub fn store_call(&self, call: StoreCall, took: Duration) {
         if let Some(c) = self.counted() {
-            c.store_calls
-                .get_or_create(&one("operation", call.as_str()))
-                .observe(took.as_secs_f64());
+            c.store_by_call[call as usize].observe(took.as_secs_f64());
         }
     }
 
@@ -296,6 +357,9 @@ impl Families {
 
 impl Counted {
     fn register(r: &mut Registry) -> Counted {
+        let store_calls: Hist = Family::new_with_constructor(store_buckets);
+        let store_by_call = [StoreCall::Insert, StoreCall::Claim, StoreCall::Record]
+            .map(|call| store_calls.get_or_create_owned(&one("operation", call.as_str())));
         let c = Counted {
             published: Family::default(),
             delivered: Family::default(),
@@ -309,7 +373,8 @@ impl Counted {
             replays: Family::default(),
             handler_duration: Family::new_with_constructor(latency),
             processing: Family::new_with_constructor(processing),
-            store_calls: Family::new_with_constructor(store_buckets),
+            store_calls,
+            store_by_call,
             breaker_state: Family::default(),
             resident: Gauge::default(),
             virtual_memory: Gauge::default(),
