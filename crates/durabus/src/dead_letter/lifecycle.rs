@@ -1,0 +1,237 @@
+//! The lifecycle rules of a record: its state, the operator's actions and what they change.
+
+use serde::{Deserialize, Serialize};
+
+use super::{AUTO_RETRY, Actor, ActorKind, DeadLetterPolicy, DeadLetterStatus};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::EventId;
+
+/// The lifecycle fields of a record, as the rules need them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    /// See [`DeadLetter::status`].
+    pub status: DeadLetterStatus,
+    /// See [`DeadLetter::auto_retry_count`].
+    pub auto_retry_count: u32,
+    /// See [`DeadLetter::manual_retry_count`].
+    pub manual_retry_count: u32,
+    /// See [`DeadLetter::next_auto_retry_at`].
+    pub next_auto_retry_at: Option<Timestamp>,
+    /// See [`DeadLetter::created_at`].
+    pub created_at: Timestamp,
+    /// See [`DeadLetter::last_retry_at`].
+    pub last_retry_at: Option<Timestamp>,
+    /// See [`DeadLetter::last_retry_by`].
+    pub last_retry_by: Option<String>,
+    /// See [`DeadLetter::resolved_at`].
+    pub resolved_at: Option<Timestamp>,
+    /// See [`DeadLetter::resolved_by`].
+    pub resolved_by: Option<String>,
+    /// See [`DeadLetter::resolution_note`].
+    pub resolution_note: Option<String>,
+    /// Rounds recorded so far.
+    pub rounds: u32,
+}
+
+impl State {
+    /// The state of a record that was just created at `now`.
+    pub fn created(now: Timestamp, policy: &DeadLetterPolicy) -> State {
+        State {
+            status: DeadLetterStatus::Pending,
+            auto_retry_count: 0,
+            manual_retry_count: 0,
+            next_auto_retry_at: policy.next_auto_retry(0, now),
+            created_at: now,
+            last_retry_at: None,
+            last_retry_by: None,
+            resolved_at: None,
+            resolved_by: None,
+            resolution_note: None,
+            rounds: 1,
+        }
+    }
+
+    /// The state after the event died again (a retry round failed): back to `pending` with
+    /// the next auto retry per the schedule, or back to `abandoned` if it had been abandoned
+    /// before this (manual) retry: abandoning stops auto retries for good.
+    pub fn died_again(&self, policy: &DeadLetterPolicy) -> State {
+        // Only an abandoned record can be retried with `resolved_at` set.
+        let status = if self.resolved_at.is_some() {
+            DeadLetterStatus::Abandoned
+        } else {
+            DeadLetterStatus::Pending
+        };
+        let next = (status == DeadLetterStatus::Pending)
+            .then(|| {
+                policy.next_auto_retry(
+                    self.auto_retry_count,
+                    self.last_retry_at.unwrap_or(self.created_at),
+                )
+            })
+            .flatten();
+        State {
+            status,
+            next_auto_retry_at: next,
+            rounds: self.rounds.saturating_add(1),
+            ..self.clone()
+        }
+    }
+
+    /// The state after a retry round delivered the event: resolved by whoever sent it back.
+    pub fn delivered(&self, now: Timestamp) -> State {
+        State {
+            status: DeadLetterStatus::Resolved,
+            next_auto_retry_at: None,
+            resolved_at: Some(now),
+            resolved_by: Some(
+                self.last_retry_by
+                    .clone()
+                    .unwrap_or_else(|| AUTO_RETRY.to_owned()),
+            ),
+            ..self.clone()
+        }
+    }
+}
+
+/// What an operator (or the auto-retry job) does to a dead letter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Send it back through normal delivery with a fresh attempt budget.
+    Retry,
+    /// Close it: done with, for the reason in the note.
+    Resolve {
+        /// Why (required).
+        note: String,
+    },
+    /// Stop auto-retrying it.
+    Abandon {
+        /// Why (optional).
+        #[serde(default)]
+        note: Option<String>,
+    },
+    /// Delete the record and its event.
+    Purge,
+}
+
+impl Action {
+    /// The action's name: `retry`, `resolve`, `abandon`, `purge`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Action::Retry => "retry",
+            Action::Resolve { .. } => "resolve",
+            Action::Abandon { .. } => "abandon",
+            Action::Purge => "purge",
+        }
+    }
+
+    /// Refuses a resolve without a note and notes that are too long.
+    pub fn validate(&self) -> Result<()> {
+        let note = match self {
+            Action::Resolve { note } => {
+                if note.trim().is_empty() {
+                    return Err(Error::InvalidConfig(
+                        "resolving a dead letter needs a note that says why".into(),
+                    ));
+                }
+                Some(note)
+            }
+            Action::Abandon { note } => note.as_ref(),
+            _ => None,
+        };
+        if note.is_some_and(|n| n.len() > 2000) {
+            return Err(Error::InvalidConfig(
+                "a note must be at most 2000 bytes".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What applying an action changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The record gets a new state.
+    Update {
+        /// The record's new lifecycle.
+        state: State,
+        /// Whether the event goes back to `pending` for delivery.
+        requeue: bool,
+    },
+    /// The record and its event are deleted.
+    Delete,
+}
+
+/// Applies `action` by `actor` at `now` to a record in `state`. Fails with
+/// [`Error::Conflict`](crate::Error::Conflict) when its status does not allow the action:
+/// nothing is resolved or abandoned twice, a record being retried is neither retried again,
+/// resolved, abandoned nor purged until its round ends, and a resolved record is closed.
+pub fn apply(
+    event_id: EventId,
+    state: &State,
+    action: &Action,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<Change> {
+    use DeadLetterStatus::*;
+    let conflict = |hint: &str| {
+        Err(Error::Conflict {
+            what: format!("dead letter {event_id}"),
+            status: state.status.as_str().to_owned(),
+            message: format!(
+                "cannot {} dead letter {event_id}: it is {} ({hint})",
+                action.name(),
+                state.status
+            ),
+        })
+    };
+    match (action, state.status) {
+        (Action::Retry, Pending | Abandoned) => {
+            let auto = actor.kind == ActorKind::Auto;
+            Ok(Change::Update {
+                state: State {
+                    status: Retrying,
+                    auto_retry_count: state.auto_retry_count + u32::from(auto),
+                    manual_retry_count: state.manual_retry_count + u32::from(!auto),
+                    next_auto_retry_at: None,
+                    last_retry_at: Some(now),
+                    last_retry_by: Some(actor.name.clone()),
+                    ..state.clone()
+                },
+                requeue: true,
+            })
+        }
+        (Action::Retry, Retrying) => conflict("wait for that round to end"),
+        (Action::Retry, Resolved) => conflict("a resolved dead letter is closed"),
+        (Action::Resolve { note }, Pending | Abandoned) => Ok(Change::Update {
+            state: State {
+                status: Resolved,
+                next_auto_retry_at: None,
+                resolved_at: Some(now),
+                resolved_by: Some(actor.name.clone()),
+                resolution_note: Some(note.clone()),
+                ..state.clone()
+            },
+            requeue: false,
+        }),
+        (Action::Resolve { .. }, Retrying) => conflict("wait for that round to end"),
+        (Action::Resolve { .. }, Resolved) => conflict("it was resolved already"),
+        (Action::Abandon { note }, Pending) => Ok(Change::Update {
+            state: State {
+                status: Abandoned,
+                next_auto_retry_at: None,
+                resolved_at: Some(now),
+                resolved_by: Some(actor.name.clone()),
+                resolution_note: note.clone(),
+                ..state.clone()
+            },
+            requeue: false,
+        }),
+        (Action::Abandon { .. }, Retrying) => conflict("wait for that round to end"),
+        (Action::Abandon { .. }, Abandoned) => conflict("it was abandoned already"),
+        (Action::Abandon { .. }, Resolved) => conflict("a resolved dead letter is closed"),
+        (Action::Purge, Retrying) => conflict("wait for that round to end"),
+        (Action::Purge, _) => Ok(Change::Delete),
+    }
+}
