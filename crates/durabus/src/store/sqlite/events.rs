@@ -57,15 +57,13 @@ struct Insert {
 }
 
 /// The snapshots of the events that were stored.
-fn of_stored(
-    snapshots: &[NewSnapshot],
-    ids: impl Iterator<Item = EventId> + Clone,
-) -> Vec<NewSnapshot> {
+fn of_stored<'a>(
+    snapshots: &'a [NewSnapshot],
+    ids: impl Iterator<Item = EventId> + Clone + 'a,
+) -> impl Iterator<Item = &'a NewSnapshot> {
     snapshots
         .iter()
-        .filter(|s| ids.clone().any(|id| id == s.event_id))
-        .cloned()
-        .collect()
+        .filter(move |s| ids.clone().any(|id| id == s.event_id))
 }
 
 impl WriteOp for Insert {
@@ -84,7 +82,12 @@ impl WriteOp for Insert {
                 .zip(&stored)
                 .filter(|(_, s)| **s)
                 .map(|(e, _)| e.id);
-            super::payloads::put(conn, sql, &of_stored(&self.snapshots, ids))?;
+            if stored.iter().all(|s| *s) {
+                // The usual case: every event is new, so every snapshot is written.
+                super::payloads::put(conn, sql, &self.snapshots)?;
+            } else {
+                super::payloads::put(conn, sql, of_stored(&self.snapshots, ids))?;
+            }
         }
         Ok(stored)
     }
@@ -203,7 +206,7 @@ impl WriteOp for Record {
                 .zip(&applied)
                 .filter(|(_, a)| **a)
                 .map(|(o, _)| o.id());
-            super::payloads::put(conn, sql, &of_stored(&self.1, ids))?;
+            super::payloads::put(conn, sql, of_stored(&self.1, ids))?;
         }
         Ok(applied)
     }

@@ -14,8 +14,13 @@ use crate::payload::{Deletion, NewSnapshot, PayloadConfig, Retention, Snapshot, 
 use crate::store::{PayloadStore, SnapshotKey};
 
 /// Writes `snapshots` on `conn` (the writer's transaction).
-pub(super) fn put(conn: &Connection, sql: &Sql, snapshots: &[NewSnapshot]) -> Result<()> {
-    if snapshots.is_empty() {
+pub(super) fn put<'a>(
+    conn: &Connection,
+    sql: &Sql,
+    snapshots: impl IntoIterator<Item = &'a NewSnapshot>,
+) -> Result<()> {
+    let mut snapshots = snapshots.into_iter().peekable();
+    if snapshots.peek().is_none() {
         return Ok(());
     }
     let mut stmt = conn.prepare_cached(&sql.ops.pl_put)?;
