@@ -54,6 +54,13 @@ pub struct BusConfig {
     /// The Prometheus metrics: name prefix and how long store gauges are cached. Defaults to
     /// [`MetricsConfig::default`] (`durabus_`, 15 s).
     pub metrics: MetricsConfig,
+    /// Whether a started bus delivers events: recovers what a crash left in `processing`,
+    /// claims due events and runs handlers. `false` makes an operations-only bus (for an admin
+    /// server beside the application's workers, such as `durabus serve`): it still publishes,
+    /// runs the maintenance jobs and durable operations (bulk dead-letter actions, replays),
+    /// but never claims an event and never touches another process's `processing` events.
+    /// Defaults to `true`.
+    pub deliver: bool,
 }
 
 /// Settings of the Prometheus metrics (see [`EventBus::metrics_text`](crate::EventBus::metrics_text)).
@@ -115,6 +122,7 @@ impl Default for BusConfig {
             operations_poll: Duration::from_secs(1),
             payload_snapshots: false,
             metrics: MetricsConfig::default(),
+            deliver: true,
         }
     }
 }

@@ -107,6 +107,7 @@ macro_rules! all_contract_tests {
             replay::a_handler_replay_hands_events_over_and_counts_failures,
             replay::bad_replay_requests_are_refused,
             replay::a_started_bus_runs_submitted_replays,
+            replay::an_operations_only_bus_runs_operations_and_claims_nothing,
             telemetry::counters_follow_a_scripted_run,
             telemetry::gauges_come_from_the_store_and_are_cached,
             telemetry::replays_are_counted,

@@ -214,6 +214,14 @@ impl BusBuilder {
         self
     }
 
+    /// Makes the bus deliver events or not (it does unless set; see
+    /// [`BusConfig::deliver`](crate::BusConfig::deliver)). `deliver(false)` gives an
+    /// operations-only bus: jobs and operations run, no event is claimed.
+    pub fn deliver(mut self, on: bool) -> Self {
+        self.config.deliver = on;
+        self
+    }
+
     /// Sets the fallback poll interval (500 ms unless set).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.config.poll_interval = interval;

@@ -480,28 +480,37 @@ impl EventBus {
     /// Starts the background workers. First recovers events a crash left in `processing` (back
     /// to `pending` with `retry_count + 1`) so they are delivered again. Returns how many were
     /// recovered. Subscribe before starting, so recovered events find their handlers. Calling it
-    /// again does nothing and returns 0.
+    /// again does nothing and returns 0. A bus built with
+    /// [`deliver(false)`](crate::BusBuilder::deliver) neither recovers nor claims: it starts
+    /// the maintenance jobs and the operations runner only, and returns 0.
     pub async fn start(&self) -> Result<u64> {
         self.check_open()?;
         let life = &self.inner.life;
         if life.started.swap(true, Ordering::SeqCst) {
             return Ok(0);
         }
-        let recovered = match self.recover_and_start_store().await {
-            Ok(n) => n,
-            Err(e) => {
-                // Not started: a later call may try again.
-                life.started.store(false, Ordering::SeqCst);
-                return Err(e);
+        let deliver = self.config().deliver;
+        let recovered = if deliver {
+            match self.recover_and_start_store().await {
+                Ok(n) => n,
+                Err(e) => {
+                    // Not started: a later call may try again.
+                    life.started.store(false, Ordering::SeqCst);
+                    return Err(e);
+                }
             }
+        } else {
+            0
         };
         if recovered > 0 {
             tracing::info!(recovered, "recovered events left in processing by a crash");
         }
-        let dispatcher = self.dispatcher().clone();
-        life.supervisor.spawn("worker", move |shutdown| {
-            crate::dispatch::worker::run(dispatcher, shutdown)
-        });
+        if deliver {
+            let dispatcher = self.dispatcher().clone();
+            life.supervisor.spawn("worker", move |shutdown| {
+                crate::dispatch::worker::run(dispatcher, shutdown)
+            });
+        }
         if self.config().scheduler.enabled {
             let scheduler = self.scheduler()?;
             life.supervisor

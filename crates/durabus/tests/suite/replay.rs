@@ -721,3 +721,65 @@ pub async fn a_started_bus_runs_submitted_replays(h: &Harness) {
     assert_eq!(listed[0].id, op.id);
     bus.shutdown().await.unwrap();
 }
+
+pub async fn an_operations_only_bus_runs_operations_and_claims_nothing(h: &Harness) {
+    // Another process's event in processing, and due events: an operations-only bus (as
+    // `durabus serve` runs one) must leave them all alone.
+    let store = h.backend.open().await;
+    let claimed = durabus::NewEvent::new("order.created", &1u64).unwrap();
+    let pending = durabus::NewEvent::new("order.created", &2u64).unwrap();
+    let (claimed_id, pending_id) = (claimed.id, pending.id);
+    store
+        .insert(vec![claimed], durabus::InsertMode::Claimed, h.clock.now())
+        .await
+        .unwrap();
+    store
+        .insert(vec![pending], durabus::InsertMode::Pending, h.clock.now())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let bus = h
+        .builder()
+        .await
+        .config(durabus::BusConfig {
+            operations_poll: Duration::from_millis(5),
+            deliver: false,
+            ..durabus::BusConfig::default()
+        })
+        .build()
+        .await
+        .unwrap();
+    let op = bus
+        .replays()
+        .submit(
+            &ReplayRequest::new(ReplaySelection::ids([pending_id])),
+            &ann(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(bus.start().await.unwrap(), 0, "no recovery without delivery");
+    eventually("the operations-only bus to run the replay", || {
+        let (replays, id) = (bus.replays(), op.id.clone());
+        async move {
+            let op = replays.get(&id).await.ok()?;
+            (op.status == OperationStatus::Completed).then_some(())
+        }
+    })
+    .await;
+    let store = bus.store();
+    let get = |id| {
+        let store = store.clone();
+        async move { store.get_event(id).await.unwrap().unwrap().status }
+    };
+    assert_eq!(get(claimed_id).await, EventStatus::Processing);
+    assert_eq!(get(pending_id).await, EventStatus::Pending);
+    let copies = of_type(&bus, "order.created").await;
+    assert_eq!(copies.len(), 3, "the original two and the replayed copy");
+    assert!(
+        copies
+            .iter()
+            .all(|e| e.status != EventStatus::Done),
+        "nothing delivered: {copies:?}"
+    );
+    bus.shutdown().await.unwrap();
+}
