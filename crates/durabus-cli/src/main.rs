@@ -77,6 +77,10 @@ enum Command {
     Stats,
     /// The Prometheus text of the database's gauges (depths, ages; the WAL or the pool).
     Metrics(cmd::metrics::Args),
+    /// Run the admin HTTP API (with the maintenance jobs and durable operations) over the
+    /// database, beside the application's workers. Tokens come from DURABUS_ADMIN_TOKEN,
+    /// DURABUS_READ_TOKEN or --tokens-file.
+    Serve(cmd::serve::Args),
     /// Measure throughput, latency, recovery and memory on fresh databases (build with --release).
     /// With --db postgres://… it measures PostgreSQL with --workers worker processes.
     Bench(cmd::bench::Args),
@@ -87,10 +91,15 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A server logs its requests; the other commands print their results and log errors only.
+    let default_log = match cli.command {
+        Command::Serve(_) => "warn,durabus_admin=info,durabus_cli=info",
+        _ => "error",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log)),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -133,6 +142,7 @@ fn main() -> ExitCode {
             Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,
             Command::Stats => cmd::stats::run(&db, cli.json).await,
             Command::Metrics(args) => cmd::metrics::run(&db, args).await,
+            Command::Serve(args) => cmd::serve::run(&db, args).await,
             Command::Bench(args) => cmd::bench::run(&db, cli.json, args).await,
             Command::BenchWorker(args) => cmd::worker::run(&db, args).await,
         }

@@ -65,6 +65,7 @@ impl BreakerConfig {
 }
 
 /// Where a breaker is.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BreakerState {
@@ -132,6 +133,7 @@ pub struct Breaker {
 }
 
 /// A breaker as the query API shows it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BreakerSnapshot {
     /// State.

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::pattern::{validate_event_type, validate_system_type};
 
 /// An event id: a UUID (version 7, so ids sort by creation time).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct EventId(pub Uuid);
@@ -45,6 +46,7 @@ impl FromStr for EventId {
 }
 
 /// Where an event is in its lifecycle: `pending → processing → done | dlq`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EventStatus {
@@ -102,6 +104,7 @@ impl FromStr for EventStatus {
 pub type Metadata = BTreeMap<String, String>;
 
 /// A stored event, as handlers and inspectors see it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
     /// Unique id.
@@ -111,6 +114,7 @@ pub struct Event {
     pub event_type: String,
     /// The payload as JSON text. Use [`Event::payload`] to deserialise it.
     #[serde(serialize_with = "raw_json")]
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub payload: String,
     /// Lifecycle status.
     pub status: EventStatus,

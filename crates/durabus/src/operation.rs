@@ -17,6 +17,7 @@ use crate::dead_letter::Actor;
 use crate::error::{Error, Result};
 
 /// Where an operation is.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OperationStatus {
@@ -83,6 +84,7 @@ impl FromStr for OperationStatus {
 }
 
 /// An operation as stored.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Operation {
     /// Its id (a UUID).

@@ -11,6 +11,7 @@ use crate::event::EventStatus;
 use crate::store::Store;
 
 /// Counts of one event type.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TypeStats {
     /// Pending events.
@@ -46,6 +47,7 @@ impl TypeStats {
 }
 
 /// Event statistics read from a store.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StoreStats {
     /// All events.

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod operations;
 pub mod payloads;
 pub mod replay;
+pub mod serve;
 pub mod stats;
 pub mod worker;
 

@@ -6,6 +6,7 @@ use super::DeadLetterStatus;
 use crate::clock::Timestamp;
 
 /// A failure group: dead letters with one fingerprint.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeadLetterGroup {
     /// The fingerprint.

@@ -40,6 +40,7 @@ use crate::event::{EventId, NewEvent};
 use crate::pattern::is_system_type;
 
 /// Where a dead letter is in its lifecycle.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeadLetterStatus {
@@ -99,6 +100,7 @@ impl FromStr for DeadLetterStatus {
 }
 
 /// One round of delivery attempts that ended in the dead-letter queue.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorRound {
     /// 1 for the first death, 2 after the first retry failed again, …
@@ -116,6 +118,7 @@ pub struct ErrorRound {
 }
 
 /// A dead-letter record.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetter {
     /// The event's id (one record per event).
@@ -128,6 +131,7 @@ pub struct DeadLetter {
     pub event_type: String,
     /// The payload as JSON text (redacted where configured, in operator views).
     #[serde(serialize_with = "raw_json")]
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub payload: String,
     /// The key of the subscription whose handler failed last (none when attempts were used up
     /// by interruptions before any handler ran).

@@ -17,6 +17,7 @@ use crate::store::Store;
 pub const SAMPLES: u32 = 10;
 
 /// One page of records and where the next starts.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetterPage {
     /// The records, newest first.
@@ -27,6 +28,7 @@ pub struct DeadLetterPage {
 
 /// What a bulk action would cover, before it is submitted. Advisory: the operation rechecks
 /// each record when it reaches it.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Preview {
     /// Records the filter selects now.

@@ -73,6 +73,7 @@ impl ConfigSource {
 }
 
 /// A configuration as given by an operator (the API's and the CLI's input).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigInput {

@@ -123,6 +123,7 @@ pub const JOBS: [&str; 4] = [
 ];
 
 /// A job as listed: its schedule and its last run.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobInfo {
     /// Its name.
@@ -138,6 +139,7 @@ pub struct JobInfo {
 }
 
 /// What one run did.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobReport {
     /// The job.

@@ -53,6 +53,7 @@ pub fn validate_stage(stage: &str) -> Result<()> {
 }
 
 /// One event type's payload settings.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PayloadConfig {
     /// The event type, exact, or `*` for every type without its own row.
@@ -346,6 +347,7 @@ pub fn error_text(payload: &str, error: &str, attempt: u32) -> String {
 }
 
 /// A soft delete's audit record.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Deletion {
     /// When.
@@ -357,6 +359,7 @@ pub struct Deletion {
 }
 
 /// A stored snapshot as read.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Snapshot {
     /// The event.
@@ -377,6 +380,7 @@ pub struct Snapshot {
     pub created_at: Timestamp,
     /// The JSON text (redacted as configured in operator views); `None` once soft-deleted.
     #[serde(serialize_with = "raw_json")]
+    #[cfg_attr(feature = "openapi", schema(value_type = serde_json::Value))]
     pub payload: Option<String>,
     /// Who deleted it, when and why, if it was.
     pub deleted: Option<Deletion>,

@@ -367,6 +367,7 @@ pub fn completed_event(completed: &ReplayCompleted<'_>) -> Result<NewEvent> {
 }
 
 /// What a selection covers now: the count, per type, and the first few events.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplayPreview {
     /// Events selected.
@@ -378,6 +379,7 @@ pub struct ReplayPreview {
 }
 
 /// What a dry run found: what the replay would do, with nothing changed.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DryRun {
     /// Events the replay would replay (the selection, less what a filter refuses).
@@ -393,6 +395,7 @@ pub struct DryRun {
 }
 
 /// A replay's result in the shape of the specification's `ReplayResult`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReplayResult {
     /// The replay's operation id.

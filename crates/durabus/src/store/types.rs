@@ -7,6 +7,7 @@ use crate::dead_letter::Death;
 use crate::event::{EventId, EventStatus};
 
 /// A subscription as stored (the handler itself lives in memory).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SubscriptionRow {
     /// Subscription id.
@@ -111,6 +112,7 @@ pub struct StatusCount {
 }
 
 /// Events counted by status and retry count.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RetryCount {
     /// Status.
@@ -142,6 +144,7 @@ pub enum JobStart {
 }
 
 /// A scheduled job's bookkeeping.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobRow {
     /// The job's name.

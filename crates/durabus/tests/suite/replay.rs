@@ -757,7 +757,11 @@ pub async fn an_operations_only_bus_runs_operations_and_claims_nothing(h: &Harne
         )
         .await
         .unwrap();
-    assert_eq!(bus.start().await.unwrap(), 0, "no recovery without delivery");
+    assert_eq!(
+        bus.start().await.unwrap(),
+        0,
+        "no recovery without delivery"
+    );
     eventually("the operations-only bus to run the replay", || {
         let (replays, id) = (bus.replays(), op.id.clone());
         async move {
@@ -776,9 +780,7 @@ pub async fn an_operations_only_bus_runs_operations_and_claims_nothing(h: &Harne
     let copies = of_type(&bus, "order.created").await;
     assert_eq!(copies.len(), 3, "the original two and the replayed copy");
     assert!(
-        copies
-            .iter()
-            .all(|e| e.status != EventStatus::Done),
+        copies.iter().all(|e| e.status != EventStatus::Done),
         "nothing delivered: {copies:?}"
     );
     bus.shutdown().await.unwrap();

@@ -1,0 +1,57 @@
+//! What wraps every request: a request id (kept from the client's `x-request-id` or made, and
+//! sent back), a time limit, and one log line (method, path, status, latency, request id) with
+//! the internal cause of a 5xx. The `Authorization` header is never logged.
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+
+use crate::error::{ApiError, InternalCause};
+
+/// Wraps `app` with the request log, the time limit and request ids.
+pub(crate) fn outer(app: Router, timeout: Duration) -> Router {
+    app.layer(axum::middleware::from_fn_with_state(timeout, log_request))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+async fn log_request(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_owned();
+    let mut response = match tokio::time::timeout(timeout, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            format!(
+                "the request took longer than {} ms; it may still finish (check before repeating a write)",
+                timeout.as_millis()
+            ),
+        )
+        .into_response(),
+    };
+    let status = response.status().as_u16();
+    let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    match response.extensions_mut().remove::<InternalCause>() {
+        Some(InternalCause(cause)) => tracing::error!(
+            %method, %path, status, latency_ms, request_id, cause, "admin request failed"
+        ),
+        None if status >= 500 => {
+            tracing::warn!(%method, %path, status, latency_ms, request_id, "admin request")
+        }
+        None => tracing::info!(%method, %path, status, latency_ms, request_id, "admin request"),
+    }
+    response
+}

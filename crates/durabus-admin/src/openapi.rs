@@ -1,0 +1,50 @@
+//! The OpenAPI 3.1 document, made from the registered handlers (so it lists exactly the
+//! router's routes) plus the bearer scheme every protected route needs.
+
+use utoipa::Modify;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "durabus admin API",
+        description = "Operate a durabus event bus: dead letters, payload snapshots, replays, durable operations, jobs, metrics. Every route but /healthz and /readyz needs `Authorization: Bearer <token>`; a read-only token may call every GET, an admin token everything. Errors: `{\"error\": {\"code\", \"message\", \"details\"}}`."
+    ),
+    modifiers(&Bearer),
+    security(("bearer" = [])),
+    tags(
+        (name = "dead-letters", description = "The dead-letter queue"),
+        (name = "events", description = "Stored events"),
+        (name = "payloads", description = "Payload snapshots and their configuration"),
+        (name = "replay", description = "Replays of stored events"),
+        (name = "operations", description = "Durable operations: bulk actions and replays"),
+        (name = "jobs", description = "Maintenance jobs"),
+        (name = "system", description = "Subscriptions, statistics, metrics, this document"),
+        (name = "health", description = "Liveness and readiness (no token)"),
+    )
+)]
+struct ApiDoc;
+
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+        );
+    }
+}
+
+/// The OpenAPI document of every route [`router`](crate::router) serves.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    doc.info.version = env!("CARGO_PKG_VERSION").to_owned();
+    let (_, protected) = crate::routes::protected().split_for_parts();
+    let (_, open) = crate::routes::open().split_for_parts();
+    doc.merge(protected);
+    doc.merge(open);
+    doc
+}
