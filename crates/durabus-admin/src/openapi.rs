@@ -12,6 +12,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         description = "Operate a durabus event bus: dead letters, payload snapshots, replays, durable operations, jobs, metrics. Every route but /healthz and /readyz needs `Authorization: Bearer <token>`; a read-only token may call every GET, an admin token everything. Errors: `{\"error\": {\"code\", \"message\", \"details\"}}`."
     ),
     modifiers(&Bearer),
+    components(schemas(crate::error::ErrorBody, crate::error::ErrorObject)),
     security(("bearer" = [])),
     tags(
         (name = "dead-letters", description = "The dead-letter queue"),

@@ -56,7 +56,8 @@ pub struct StoreStats {
     pub by_status: TypeStats,
     /// Counts by event type.
     pub by_type: BTreeMap<String, TypeStats>,
-    /// Events by retry count (every status).
+    /// Events by retry count (every status). JSON object keys are strings: `"0"`, `"1"`, …
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, u64>))]
     pub retry_counts: BTreeMap<u32, u64>,
 }
 

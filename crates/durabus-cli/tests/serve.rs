@@ -1,0 +1,217 @@
+//! `durabus serve` as an operator starts it: tokens from the environment or a file, the
+//! loopback rule, requests over real TCP, SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+fn serve(db: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_durabus"));
+    c.arg("--db")
+        .arg(db)
+        .arg("serve")
+        .args(args)
+        .env_remove("DURABUS_ADMIN_TOKEN")
+        .env_remove("DURABUS_READ_TOKEN")
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c
+}
+
+fn demo_db(dir: &Path) -> std::path::PathBuf {
+    let db = dir.join("serve.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .arg("--db")
+        .arg(&db)
+        .arg("demo")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    db
+}
+
+/// One HTTP/1.1 request; returns the status and the body.
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text.split("\r\n\r\n").nth(1).unwrap_or("").to_owned();
+    (status, body)
+}
+
+/// Waits for the "… on http://ADDR …" line; returns ADDR.
+fn address(child: &mut Child) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let start = line.find("http://").expect(&line) + 7;
+    line[start..].split([' ', '/']).next().unwrap().to_owned()
+}
+
+fn terminate(child: &mut Child) -> std::process::ExitStatus {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    child.wait().unwrap()
+}
+
+#[test]
+fn a_non_loopback_address_without_tokens_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = demo_db(dir.path());
+    let out = serve(&db, &["--listen", "0.0.0.0:0"], &[])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("refusing to serve on 0.0.0.0:0 without tokens"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_tokens_and_databases_fail_with_one_line_and_never_echo_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = demo_db(dir.path());
+    let out = serve(&db, &[], &[("DURABUS_ADMIN_TOKEN", "ops:short-secret")])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("DURABUS_ADMIN_TOKEN") && err.contains("at least 16"),
+        "{err}"
+    );
+    assert!(!err.contains("short-secret"), "{err}");
+    let file = dir.path().join("tokens");
+    std::fs::write(
+        &file,
+        "admin ops:0123456789abcdef0123\nsuper x:0123456789abcdefXXXX\n",
+    )
+    .unwrap();
+    let out = serve(&db, &["--tokens-file", file.to_str().unwrap()], &[])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("line 2"), "{err}");
+    let out = serve(&dir.path().join("missing.db"), &[], &[])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("does not exist"), "{err}");
+    assert!(
+        !dir.path().join("missing.db").exists(),
+        "serve must not create a database"
+    );
+}
+
+#[test]
+fn serve_answers_over_tcp_with_env_tokens_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = demo_db(dir.path());
+    let admin = "ops:admin-token-0123456789";
+    let read = "viewer:read-token-0123456789";
+    let mut child = serve(
+        &db,
+        &["--listen", "127.0.0.1:0"],
+        &[("DURABUS_ADMIN_TOKEN", admin), ("DURABUS_READ_TOKEN", read)],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let addr = address(&mut child);
+    assert_eq!(http(&addr, "GET", "/healthz", None).0, 200);
+    assert_eq!(http(&addr, "GET", "/api/v2/stats", None).0, 401);
+    let (status, body) = http(
+        &addr,
+        "GET",
+        "/api/v2/dead-letters",
+        Some("read-token-0123456789"),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"status\":\"pending\""), "{body}");
+    let (status, _) = http(
+        &addr,
+        "POST",
+        "/api/v2/jobs/cleanup-history/run",
+        Some("read-token-0123456789"),
+    );
+    assert_eq!(status, 403);
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/api/v2/jobs/cleanup-history/run",
+        Some("admin-token-0123456789"),
+    );
+    assert_eq!(status, 200, "{body}");
+    let exit = terminate(&mut child);
+    assert!(exit.success(), "{exit:?}");
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("stopped"), "{err}");
+    assert!(
+        err.contains("path=/api/v2/dead-letters") && err.contains("status=200"),
+        "the request log: {err}"
+    );
+    assert!(
+        !err.contains("token-0123456789"),
+        "a token reached the log: {err}"
+    );
+}
+
+#[test]
+fn without_tokens_on_loopback_a_token_is_made_for_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = demo_db(dir.path());
+    let mut child = serve(&db, &["--listen", "127.0.0.1:0"], &[])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let token = line
+        .split("admin token is ")
+        .nth(1)
+        .expect(&line)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let addr = address(&mut child);
+    assert_eq!(http(&addr, "GET", "/api/v2/stats", Some(&token)).0, 200);
+    assert_eq!(
+        http(
+            &addr,
+            "GET",
+            "/api/v2/stats",
+            Some("guess-guess-guess-guess")
+        )
+        .0,
+        401
+    );
+    assert!(terminate(&mut child).success());
+}
