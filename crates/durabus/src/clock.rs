@@ -37,16 +37,32 @@ impl utoipa::ToSchema for Timestamp {}
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Repr {
-            Millis(i64),
-            Text(String),
-        }
-        match Repr::deserialize(d)? {
-            Repr::Millis(ms) => Ok(Timestamp(ms)),
-            Repr::Text(s) => s.parse().map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(TimestampVisitor)
+    }
+}
+
+/// Reads a timestamp from a number of milliseconds or an RFC 3339 string, without buffering.
+struct TimestampVisitor;
+
+impl serde::de::Visitor<'_> for TimestampVisitor {
+    type Value = Timestamp;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an RFC 3339 time or milliseconds since the Unix epoch")
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, ms: i64) -> Result<Timestamp, E> {
+        Ok(Timestamp(ms))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, ms: u64) -> Result<Timestamp, E> {
+        i64::try_from(ms)
+            .map(Timestamp)
+            .map_err(|_| E::custom(format!("{ms} ms is out of range")))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Timestamp, E> {
+        text.parse().map_err(E::custom)
     }
 }
 

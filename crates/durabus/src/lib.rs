@@ -73,9 +73,11 @@ pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::{BusConfig, MetricsConfig};
 pub use dead_letter::{
     Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPolicy,
-    DeadLetterStatus, Keyset,
+    DeadLetterStatus, DeadLetterSummary, Keyset,
 };
-pub use dlq::{BulkRequest, DeadLetterPage, DeadLetters, DlqInspector, Page, Preview};
+pub use dlq::{
+    BulkRequest, DeadLetterPage, DeadLetterSummaryPage, DeadLetters, DlqInspector, Page, Preview,
+};
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};

@@ -6,8 +6,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use durabus::{
-    Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
-    DeadLetterStatus, EventId, Keyset, Operation, Preview, Timestamp,
+    Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
+    DeadLetterSummaryPage, EventId, Keyset, Operation, Preview, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -148,11 +148,11 @@ fn statuses(text: Option<&str>) -> ApiResult<Vec<DeadLetterStatus>> {
 
 /// Dead letters, newest first, one keyset page at a time.
 #[utoipa::path(get, path = "/api/v2/dead-letters", tag = "dead-letters", params(ListQuery),
-    responses((status = 200, description = "One page; `next` is the `before` of the next page", body = DeadLetterPage), Errors))]
+    responses((status = 200, description = "One page (records without payload and error history; `GET /api/v2/dead-letters/{id}` has them); `next` is the `before` of the next page", body = DeadLetterSummaryPage), Errors))]
 pub(crate) async fn list(
     State(state): State<AdminState>,
     Query(q): Query<ListQuery>,
-) -> ApiResult<axum::Json<DeadLetterPage>> {
+) -> ApiResult<axum::Json<DeadLetterSummaryPage>> {
     let filter = DeadLetterFilter {
         status: statuses(q.status.as_deref())?,
         event_type: q.event_type,
@@ -166,7 +166,11 @@ pub(crate) async fn list(
         limit: limit(q.limit, 50, durabus::dead_letter::MAX_PAGE)?,
     };
     Ok(axum::Json(
-        state.bus().dead_letters().list(filter, page).await?,
+        state
+            .bus()
+            .dead_letters()
+            .list_summaries(filter, page)
+            .await?,
     ))
 }
 

@@ -170,6 +170,46 @@ pub struct DeadLetter {
     pub resolution_note: Option<String>,
 }
 
+/// A dead-letter record as listed: everything but its payload, causes and error history (read
+/// one record for those), so a page stays small and quick to read.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetterSummary {
+    /// The event's id.
+    pub event_id: EventId,
+    /// Position in the queue (keyset pagination).
+    pub seq: i64,
+    /// The event's type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The subscription whose handler failed last.
+    pub subscription: Option<String>,
+    /// The last error.
+    pub last_error: String,
+    /// The failure group.
+    pub fingerprint: String,
+    /// Attempts in the last round.
+    pub attempts: u32,
+    /// Rounds of delivery that ended in the queue (1 + failed retries).
+    pub rounds: u32,
+    /// Where the record is in its lifecycle.
+    pub status: DeadLetterStatus,
+    /// Auto retries made.
+    pub auto_retry_count: u32,
+    /// Manual retries made.
+    pub manual_retry_count: u32,
+    /// When the next auto retry is due.
+    pub next_auto_retry_at: Option<Timestamp>,
+    /// When it first became a dead letter.
+    pub created_at: Timestamp,
+    /// When the record last changed.
+    pub updated_at: Timestamp,
+    /// Who sent it back last.
+    pub last_retry_by: Option<String>,
+    /// Who resolved or abandoned it.
+    pub resolved_by: Option<String>,
+}
+
 fn raw_json<S: Serializer>(payload: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
     match serde_json::value::RawValue::from_string(payload.to_owned()) {
         Ok(raw) => raw.serialize(s),

@@ -7,4 +7,6 @@ mod inspector;
 mod service;
 
 pub use inspector::{DEFAULT_LIMIT, DlqInspector, Page};
-pub use service::{BulkRequest, DeadLetterPage, DeadLetters, Preview, SAMPLES};
+pub use service::{
+    BulkRequest, DeadLetterPage, DeadLetterSummaryPage, DeadLetters, Preview, SAMPLES,
+};

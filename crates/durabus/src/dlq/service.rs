@@ -26,6 +26,16 @@ pub struct DeadLetterPage {
     pub next: Option<i64>,
 }
 
+/// One page of record summaries and where the next starts.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetterSummaryPage {
+    /// The records, newest first, without payloads and error histories.
+    pub items: Vec<crate::dead_letter::DeadLetterSummary>,
+    /// Pass as [`Keyset::before`] for the next page; `None` on the last page.
+    pub next: Option<i64>,
+}
+
 /// What a bulk action would cover, before it is submitted. Advisory: the operation rechecks
 /// each record when it reaches it.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -140,6 +150,22 @@ impl DeadLetters {
             .then(|| items.last().map(|d| d.seq))
             .flatten();
         Ok(DeadLetterPage { items, next })
+    }
+
+    /// The page [`list`](Self::list) gives, as summaries: everything but payloads, causes and
+    /// error histories, which are not even read (what a table of dead letters shows).
+    pub async fn list_summaries(
+        &self,
+        filter: DeadLetterFilter,
+        page: Keyset,
+    ) -> Result<DeadLetterSummaryPage> {
+        filter.validate()?;
+        page.validate()?;
+        let items = self.store.dlq_list_summaries(filter, page).await?;
+        let next = (items.len() == page.limit as usize && page.limit > 0)
+            .then(|| items.last().map(|d| d.seq))
+            .flatten();
+        Ok(DeadLetterSummaryPage { items, next })
     }
 
     /// One record. Fails with [`Error::NotFound`] when the event has none.

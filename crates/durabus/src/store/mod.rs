@@ -252,6 +252,14 @@ pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
     /// Records matching `filter`, newest first (by position), one keyset page.
     async fn dlq_list(&self, filter: DeadLetterFilter, page: Keyset) -> Result<Vec<DeadLetter>>;
 
+    /// The same page as [`dlq_list`](Self::dlq_list), as summaries (no payload, causes or
+    /// error history are read).
+    async fn dlq_list_summaries(
+        &self,
+        filter: DeadLetterFilter,
+        page: Keyset,
+    ) -> Result<Vec<crate::dead_letter::DeadLetterSummary>>;
+
     /// One record by its event's id.
     async fn dlq_get(&self, event_id: EventId) -> Result<Option<DeadLetter>>;
 

@@ -457,6 +457,68 @@ pub async fn listings_filter_and_page_by_keyset(h: &Harness) {
         vec![ids[4], ids[2], ids[0]],
         "newest first, exact type"
     );
+    // Summaries: the same page, the same fields, without payloads and error histories.
+    let summaries = dl
+        .list_summaries(
+            by_type("pay.a"),
+            Keyset {
+                before: None,
+                limit: 2,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(summaries.items.len(), 2);
+    assert_eq!(summaries.next, Some(exact.items[1].seq));
+    for (s, d) in summaries.items.iter().zip(&exact.items) {
+        assert_eq!(
+            (
+                s.event_id,
+                s.seq,
+                &s.event_type,
+                &s.last_error,
+                &s.fingerprint
+            ),
+            (
+                d.event_id,
+                d.seq,
+                &d.event_type,
+                &d.last_error,
+                &d.fingerprint
+            )
+        );
+        assert_eq!(
+            (s.status, s.attempts, s.created_at),
+            (d.status, d.attempts, d.created_at)
+        );
+        assert_eq!(s.rounds as usize, d.error_history.len());
+        assert_eq!(s.subscription, d.subscription);
+    }
+    let rest = dl
+        .list_summaries(
+            by_type("pay.a"),
+            Keyset {
+                before: summaries.next,
+                limit: 2,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 1);
+    assert_eq!(rest.items[0].event_id, ids[0]);
+    assert_eq!(rest.next, None);
+    assert!(
+        dl.list_summaries(
+            by_type("pay.a"),
+            Keyset {
+                before: None,
+                limit: 5000
+            }
+        )
+        .await
+        .is_err(),
+        "the page size is checked"
+    );
     assert_eq!(
         list(by_type("pay.a*"), 50, None).await.items.len(),
         4,

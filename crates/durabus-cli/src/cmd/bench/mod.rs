@@ -1,6 +1,7 @@
 //! `durabus bench`: the performance figures of DESIGN §5, measured on fresh file databases in
 //! WAL mode, each the median of several runs after a warm-up.
 
+mod api;
 mod dlq;
 mod harness;
 mod history;
@@ -54,7 +55,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, recovery, rss, history); the others are reported as 0. For profiling one path at a time.
+    /// replay, metrics, api, recovery, rss, history; PostgreSQL: publish, e2e, dlq (with the
+    /// admin API figure), bulk); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -114,6 +116,14 @@ pub struct Report {
     pub metrics_dead_letters: u64,
     pub metrics_scrape_ms: f64,
     pub metrics_scrape_cached_ms: f64,
+    /// The admin API with `api_dead_letters` dead letters (1M; `--quick`: 10k): this many HTTP
+    /// clients listing them at once over loopback TCP (first page, a type-and-status filtered
+    /// page, a page deep in the queue), per-request p50 and p99 (ms), requests/s.
+    pub api_dead_letters: u64,
+    pub api_list_clients: usize,
+    pub api_list_p50_ms: f64,
+    pub api_list_p99_ms: f64,
+    pub api_list_rps: f64,
     pub recovery_100_ms: f64,
     pub recovery_100k_ms: f64,
     pub rss_start_mb: f64,
@@ -147,6 +157,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
             runs: args.runs,
             quick: args.quick,
             verbose: !json,
+            only: args.only.clone(),
         };
         let report = postgres::run(db, plan).await?;
         if json {
@@ -284,6 +295,42 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
             metrics::scrape(&b, r.metrics_history, r.metrics_dead_letters, runs.max(20)).await?;
         r.metrics_scrape_ms = s.refresh_ms;
         r.metrics_scrape_cached_ms = s.cached_ms;
+        b.cleanup();
+    }
+    if want("api") {
+        r.api_dead_letters = scale(1_000_000, 10_000);
+        b.say("admin API: 50 HTTP clients listing dead letters");
+        // Filled by one bus, checkpointed, then served as `durabus serve` serves a database
+        // an application made: a bus that delivers nothing.
+        let path = b.path();
+        let filler = b.builder_at(&path).build().await?;
+        dlq::fill(&filler, r.api_dead_letters).await?;
+        filler.shutdown().await?;
+        let wal = path.clone();
+        tokio::task::spawn_blocking(move || {
+            rusqlite::Connection::open(&wal)?.query_row(
+                "PRAGMA wal_checkpoint(TRUNCATE)",
+                [],
+                |_| Ok(()),
+            )
+        })
+        .await??;
+        let bus = b.builder_at(&path).deliver(false).build().await?;
+        bus.start().await?;
+        let load = api::load(
+            &bus,
+            postgres::API_CLIENTS,
+            postgres::api_requests(r.api_dead_letters),
+            "bench.t3",
+            i64::try_from(r.api_dead_letters / 2).unwrap_or(i64::MAX),
+        )
+        .await;
+        bus.shutdown().await?;
+        let load = load?;
+        r.api_list_clients = load.clients;
+        r.api_list_p50_ms = load.p50_ms;
+        r.api_list_p99_ms = load.p99_ms;
+        r.api_list_rps = load.rps;
         b.cleanup();
     }
     if want("recovery") {
@@ -424,6 +471,14 @@ fn print_table(r: &Report) {
                 r.metrics_scrape_ms, r.metrics_scrape_cached_ms
             ),
             "< 5 (1M history)",
+        ),
+        (
+            "admin API, 50 clients listing DLQ: p99 (ms)",
+            format!(
+                "{:.2} (p50 {:.2}; {:.0} req/s)",
+                r.api_list_p99_ms, r.api_list_p50_ms, r.api_list_rps
+            ),
+            "< 20 (1M dead letters)",
         ),
         (
             "recovery, 100 (ms)",

@@ -43,6 +43,12 @@ pub struct PgReport {
     pub dlq_records_page_ms: f64,
     /// The failure groups.
     pub dlq_groups_ms: f64,
+    /// The admin API on that queue: this many HTTP clients listing dead letters at once
+    /// (first page, filtered page, deep page), the per-request p50 and p99 (ms), requests/s.
+    pub api_list_clients: usize,
+    pub api_list_p50_ms: f64,
+    pub api_list_p99_ms: f64,
+    pub api_list_rps: f64,
     /// Dead letters in the bulk retry (20k; `--quick`: 2k), made through the library.
     pub bulk_records: u64,
     /// Dead letters retried per second by a bulk operation while the callers publish.
@@ -62,6 +68,14 @@ pub struct Plan {
     pub runs: usize,
     pub quick: bool,
     pub verbose: bool,
+    /// Only these groups (publish, e2e, dlq (with the admin API figure), bulk); all if empty.
+    pub only: Vec<String>,
+}
+
+impl Plan {
+    fn wants(&self, group: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|g| g == group)
+    }
 }
 
 fn say(plan: &Plan, what: &str) {
@@ -107,68 +121,84 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         runs: plan.runs,
         ..PgReport::default()
     };
-    say(&plan, "publish, one caller awaiting each commit");
-    r.publish_seq_eps = publish_runs(db, &plan, async |bus| {
-        enqueue_sequentially(&bus, scale(5_000, 500)).await
-    })
-    .await?;
-    say(&plan, "publish, concurrent callers");
-    let callers = plan.concurrency;
-    r.publish_concurrent_eps = publish_runs(db, &plan, async |bus| {
-        Ok(enqueue_concurrently(&bus, scale(50_000, 5_000), callers)
-            .await?
-            .1)
-    })
-    .await?;
-    say(&plan, "publish, batches of 1,000");
-    r.publish_batch_eps = publish_runs(db, &plan, async |bus| {
-        enqueue_batches(&bus, scale(200_000, 20_000)).await
-    })
-    .await?;
+    if plan.wants("publish") {
+        say(&plan, "publish, one caller awaiting each commit");
+        r.publish_seq_eps = publish_runs(db, &plan, async |bus| {
+            enqueue_sequentially(&bus, scale(5_000, 500)).await
+        })
+        .await?;
+        say(&plan, "publish, concurrent callers");
+        let callers = plan.concurrency;
+        r.publish_concurrent_eps = publish_runs(db, &plan, async |bus| {
+            Ok(enqueue_concurrently(&bus, scale(50_000, 5_000), callers)
+                .await?
+                .1)
+        })
+        .await?;
+        say(&plan, "publish, batches of 1,000");
+        r.publish_batch_eps = publish_runs(db, &plan, async |bus| {
+            enqueue_batches(&bus, scale(200_000, 20_000)).await
+        })
+        .await?;
+    }
 
-    let mut eps = Vec::new();
-    let mut latencies = Vec::new();
-    for run in 0..plan.runs {
+    if plan.wants("e2e") {
+        let mut eps = Vec::new();
+        let mut latencies = Vec::new();
+        for run in 0..plan.runs {
+            say(
+                &plan,
+                &format!(
+                    "end to end with {} worker processes (run {})",
+                    plan.workers,
+                    run + 1
+                ),
+            );
+            let target = fresh(db);
+            let outcome = end_to_end(&target, &plan, run + 1 == plan.runs).await;
+            let cleanup = drop_schema(&target).await;
+            let e = outcome?;
+            cleanup?;
+            eps.push(e.eps);
+            r.double_completions += e.doubles;
+            r.lost_events += e.lost;
+            latencies.extend(e.latencies_us);
+        }
+        r.e2e_eps = median(eps);
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        r.notify_latency_p50_us = percentile(&latencies, 0.50);
+        r.notify_latency_p99_us = percentile(&latencies, 0.99);
+    }
+
+    if plan.wants("dlq") {
         say(
             &plan,
-            &format!(
-                "end to end with {} worker processes (run {})",
-                plan.workers,
-                run + 1
-            ),
+            "dead-letter listings and groups, then the admin API listing them",
         );
+        r.dlq_records = scale(1_000_000, 10_000);
         let target = fresh(db);
-        let outcome = end_to_end(&target, &plan, run + 1 == plan.runs).await;
-        let cleanup = drop_schema(&target).await;
-        let e = outcome?;
-        cleanup?;
-        eps.push(e.eps);
-        r.double_completions += e.doubles;
-        r.lost_events += e.lost;
-        latencies.extend(e.latencies_us);
+        let listed = listings(&target, r.dlq_records, plan.runs.max(5)).await;
+        drop_schema(&target).await?;
+        let api;
+        (r.dlq_records_page_ms, r.dlq_groups_ms, api) = listed?;
+        r.api_list_clients = api.clients;
+        r.api_list_p50_ms = api.p50_ms;
+        r.api_list_p99_ms = api.p99_ms;
+        r.api_list_rps = api.rps;
     }
-    r.e2e_eps = median(eps);
-    latencies.sort_by(|a, b| a.total_cmp(b));
-    r.notify_latency_p50_us = percentile(&latencies, 0.50);
-    r.notify_latency_p99_us = percentile(&latencies, 0.99);
-
-    say(&plan, "dead-letter listings and groups");
-    r.dlq_records = scale(1_000_000, 10_000);
-    let target = fresh(db);
-    let listed = listings(&target, r.dlq_records, plan.runs.max(5)).await;
-    drop_schema(&target).await?;
-    (r.dlq_records_page_ms, r.dlq_groups_ms) = listed?;
-    say(&plan, "bulk retry of dead letters while callers publish");
-    r.bulk_records = scale(20_000, 2_000);
-    let target = fresh(db);
-    let bus = target.builder().build().await?;
-    let bulk = super::dlq::bulk_retry(&bus, r.bulk_records, plan.concurrency).await;
-    bus.shutdown().await?;
-    drop_schema(&target).await?;
-    let bulk = bulk?;
-    r.bulk_retry_eps = bulk.retry_eps;
-    r.bulk_publish_p99_ms = bulk.publish_p99_ms;
-    r.bulk_baseline_p99_ms = bulk.baseline_p99_ms;
+    if plan.wants("bulk") {
+        say(&plan, "bulk retry of dead letters while callers publish");
+        r.bulk_records = scale(20_000, 2_000);
+        let target = fresh(db);
+        let bus = target.builder().build().await?;
+        let bulk = super::dlq::bulk_retry(&bus, r.bulk_records, plan.concurrency).await;
+        bus.shutdown().await?;
+        drop_schema(&target).await?;
+        let bulk = bulk?;
+        r.bulk_retry_eps = bulk.retry_eps;
+        r.bulk_publish_p99_ms = bulk.publish_p99_ms;
+        r.bulk_baseline_p99_ms = bulk.baseline_p99_ms;
+    }
     r.seconds = started.elapsed().as_secs_f64();
     Ok(r)
 }
@@ -176,7 +206,7 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
 /// Loads `n` dead letters (events, records and their 100 groups) with set-based SQL (the
 /// library's write path would take minutes for a million), then times the first page of a
 /// type-and-status listing and the groups through the library (ms, medians of `runs`).
-async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64)> {
+async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64, super::api::ApiLoad)> {
     let bus = db.builder().build().await?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -244,8 +274,24 @@ async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64)> {
             groups.push(t2);
         }
     }
+    let api = super::api::load(
+        &bus,
+        API_CLIENTS,
+        api_requests(n),
+        "bench.t3",
+        i64::try_from(n / 2).unwrap_or(i64::MAX),
+    )
+    .await;
     bus.shutdown().await?;
-    Ok((median(page), median(groups)))
+    Ok((median(page), median(groups), api?))
+}
+
+/// Concurrent clients of the admin API figure.
+pub const API_CLIENTS: usize = 50;
+
+/// Requests per client of the admin API figure: 200 with a million dead letters, 40 otherwise.
+pub fn api_requests(dead_letters: u64) -> usize {
+    if dead_letters >= 1_000_000 { 200 } else { 40 }
 }
 
 /// Runs a publish measurement `runs` times (after a warm-up), each on a fresh schema.
@@ -477,6 +523,25 @@ pub fn print_table(r: &PgReport) {
             "publish → other process p99 (µs)",
             format!("{:.0}", r.notify_latency_p99_us),
             "< 10,000",
+        ),
+        (
+            "DLQ records page (ms)",
+            format!("{:.2}", r.dlq_records_page_ms),
+            "< 10 (1M)",
+        ),
+        ("DLQ groups (ms)", format!("{:.2}", r.dlq_groups_ms), "—"),
+        (
+            "admin API, 50 clients listing DLQ: p99 (ms)",
+            format!(
+                "{:.2} (p50 {:.2}; {:.0} req/s)",
+                r.api_list_p99_ms, r.api_list_p50_ms, r.api_list_rps
+            ),
+            "—",
+        ),
+        (
+            "bulk retry (dead letters/s)",
+            format!("{:.0}", r.bulk_retry_eps),
+            "—",
         ),
     ];
     for (name, value, target) in rows {

@@ -17,8 +17,8 @@ use crate::clock::Timestamp;
 use crate::dead_letter::sum_deltas;
 use crate::dead_letter::{
     Action, Actor, ActorKind, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup,
-    DeadLetterStatus, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
-    apply, group_delta, plan_death,
+    DeadLetterStatus, DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED,
+    GroupDelta, Keyset, State, apply, group_delta, plan_death,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventId;
@@ -71,6 +71,29 @@ fn dead_letter(row: &PgRow) -> Result<(DeadLetter, u32)> {
         },
         u32_col(row, "rounds")?,
     ))
+}
+
+/// Decodes a row selected with `DL_SUMMARY_COLUMNS`.
+fn summary(row: &PgRow) -> Result<DeadLetterSummary> {
+    let status: String = row.try_get("status")?;
+    Ok(DeadLetterSummary {
+        event_id: EventId(row.try_get::<Uuid, _>("event_id")?),
+        seq: row.try_get("seq")?,
+        event_type: row.try_get("event_type")?,
+        subscription: row.try_get("subscription")?,
+        last_error: row.try_get("last_error")?,
+        fingerprint: row.try_get("fingerprint")?,
+        attempts: u32_col(row, "attempts")?,
+        rounds: u32_col(row, "rounds")?,
+        status: status.parse()?,
+        auto_retry_count: u32_col(row, "auto_retry_count")?,
+        manual_retry_count: u32_col(row, "manual_retry_count")?,
+        next_auto_retry_at: opt_ts(row, "next_auto_retry_at")?,
+        created_at: Timestamp(row.try_get("created_at")?),
+        updated_at: Timestamp(row.try_get("updated_at")?),
+        last_retry_by: row.try_get("last_retry_by")?,
+        resolved_by: row.try_get("resolved_by")?,
+    })
 }
 
 fn state_of(d: &DeadLetter, rounds: u32) -> State {
@@ -562,6 +585,21 @@ impl DeadLetterStore for PgStore {
             .await?
             .iter()
             .map(|r| dead_letter(r).map(|(d, _)| d))
+            .collect()
+    }
+
+    async fn dlq_list_summaries(
+        &self,
+        filter: DeadLetterFilter,
+        page: Keyset,
+    ) -> Result<Vec<DeadLetterSummary>> {
+        self.check()?;
+        let (text, args) = self.sql.ops.dl_list_summaries(&filter, &page);
+        bind_args(q(&text), args)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(summary)
             .collect()
     }
 

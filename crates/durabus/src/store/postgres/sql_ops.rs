@@ -9,6 +9,11 @@ pub const DL_COLUMNS: &str = "event_id, seq, event_type, payload::text AS payloa
      manual_retry_count, next_auto_retry_at, created_at, updated_at, last_retry_at, last_retry_by, \
      resolved_at, resolved_by, resolution_note, rounds";
 
+/// The columns of a dead-letter summary.
+pub const DL_SUMMARY_COLUMNS: &str = "event_id, seq, event_type, subscription, last_error, \
+     fingerprint, attempts, rounds, status, auto_retry_count, manual_retry_count, \
+     next_auto_retry_at, created_at, updated_at, last_retry_by, resolved_by";
+
 /// The columns every operation query selects.
 pub const OP_COLUMNS: &str = "id::text AS id, kind, status, params, bound, cursor, total, processed, \
      skipped, errors, actor, actor_kind, cancel_requested, created_at, started_at, finished_at, \
@@ -385,6 +390,24 @@ pub fn dl_filter(filter: &DeadLetterFilter) -> (String, Vec<Arg>) {
 impl PgOpsSql {
     /// A keyset page of records matching `filter`, newest first.
     pub fn dl_list(&self, filter: &DeadLetterFilter, page: &Keyset) -> (String, Vec<Arg>) {
+        self.dl_page(filter, page, DL_COLUMNS)
+    }
+
+    /// The same page as [`dl_list`](Self::dl_list), with the summary columns.
+    pub fn dl_list_summaries(
+        &self,
+        filter: &DeadLetterFilter,
+        page: &Keyset,
+    ) -> (String, Vec<Arg>) {
+        self.dl_page(filter, page, DL_SUMMARY_COLUMNS)
+    }
+
+    fn dl_page(
+        &self,
+        filter: &DeadLetterFilter,
+        page: &Keyset,
+        columns: &str,
+    ) -> (String, Vec<Arg>) {
         let (mut cond, mut args) = dl_filter(filter);
         if let Some(before) = page.before {
             args.push(Arg::Int(before));
@@ -393,7 +416,7 @@ impl PgOpsSql {
         args.push(Arg::Int(i64::from(page.limit)));
         (
             format!(
-                "SELECT {DL_COLUMNS} FROM {}.dead_letters WHERE {cond} ORDER BY seq DESC LIMIT ${}",
+                "SELECT {columns} FROM {}.dead_letters WHERE {cond} ORDER BY seq DESC LIMIT ${}",
                 self.schema,
                 args.len()
             ),

@@ -16,8 +16,8 @@ use super::sql_ops::OpsSql;
 use crate::clock::Timestamp;
 use crate::dead_letter::{
     Action, Actor, ActorKind, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup,
-    DeadLetterStatus, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
-    apply, group_delta, plan_death,
+    DeadLetterStatus, DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED,
+    GroupDelta, Keyset, State, apply, group_delta, plan_death,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventId, EventStatus};
@@ -69,6 +69,28 @@ fn dead_letter_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
         resolved_at: ts(row.get(18)?),
         resolved_by: row.get(19)?,
         resolution_note: row.get(20)?,
+    })
+}
+
+fn summary_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterSummary> {
+    let id: String = row.get(0)?;
+    Ok(DeadLetterSummary {
+        event_id: id.parse().map_err(|e: Error| corrupt(0, e.to_string()))?,
+        seq: row.get(1)?,
+        event_type: row.get(2)?,
+        subscription: row.get(3)?,
+        last_error: row.get(4)?,
+        fingerprint: row.get(5)?,
+        attempts: row.get(6)?,
+        rounds: row.get(7)?,
+        status: status(row, 8)?,
+        auto_retry_count: row.get(9)?,
+        manual_retry_count: row.get(10)?,
+        next_auto_retry_at: ts(row.get(11)?),
+        created_at: Timestamp(row.get(12)?),
+        updated_at: Timestamp(row.get(13)?),
+        last_retry_by: row.get(14)?,
+        resolved_by: row.get(15)?,
     })
 }
 
@@ -582,6 +604,21 @@ impl DeadLetterStore for SqliteStore {
             let (text, args) = sql.ops.dl_list(&filter, &page);
             c.prepare_cached(&text)?
                 .query_map(rusqlite::params_from_iter(args), dead_letter_from_row)?
+                .collect()
+        })
+        .await
+    }
+
+    async fn dlq_list_summaries(
+        &self,
+        filter: DeadLetterFilter,
+        page: Keyset,
+    ) -> Result<Vec<DeadLetterSummary>> {
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            let (text, args) = sql.ops.dl_list_summaries(&filter, &page);
+            c.prepare_cached(&text)?
+                .query_map(rusqlite::params_from_iter(args), summary_from_row)?
                 .collect()
         })
         .await

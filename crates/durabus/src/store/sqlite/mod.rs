@@ -68,7 +68,9 @@ pub struct SqliteOptions {
     /// How long a write keeps retrying while another process holds the write lock before it
     /// fails with [`Error::Locked`]. Defaults to 30 s.
     pub lock_timeout: Duration,
-    /// Read connections kept open. Defaults to 4.
+    /// Read connections, and so reads running at once: more concurrent reads wait for a
+    /// free connection rather than opening (and parsing the schema into) a new one each.
+    /// Defaults to 4; at least 1.
     pub readers: usize,
     /// Prefix of the store's table names, so they can sit beside an application's own tables
     /// in one file. Defaults to [`DEFAULT_PREFIX`] (`durabus_events`, ...).
@@ -102,6 +104,8 @@ pub struct SqliteStore {
     sql: Arc<Sql>,
     tx: Mutex<Option<Sender<Msg>>>,
     readers: Arc<Mutex<Vec<Connection>>>,
+    /// One permit per read connection: reads beyond them queue here.
+    read_slots: Arc<tokio::sync::Semaphore>,
     closed: Arc<AtomicBool>,
     wake: Arc<Notify>,
     stats: Arc<WriteStats>,
@@ -242,8 +246,15 @@ impl SqliteStore {
         let pool = self.readers.clone();
         let path = self.path.clone();
         let busy = self.options.busy_timeout;
-        let max = self.options.readers;
+        let max = self.options.readers.max(1);
+        let slot = self
+            .read_slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| Error::StoreClosed)?;
         tokio::task::spawn_blocking(move || {
+            let _slot = slot;
             let pooled = lock(&pool).pop();
             let conn = match pooled {
                 Some(c) => c,

@@ -159,12 +159,14 @@ impl SqliteStore {
             .name("durabus-sqlite-writer".into())
             .spawn(move || writer.run())
             .map_err(|e| Error::Internal(format!("cannot start the writer thread: {e}")))?;
+        let read_slots = Arc::new(tokio::sync::Semaphore::new(options.readers.max(1)));
         Ok(SqliteStore {
             path,
             options,
             sql,
             tx: Mutex::new(Some(tx)),
             readers: Arc::new(Mutex::new(Vec::new())),
+            read_slots,
             closed: Arc::new(AtomicBool::new(false)),
             wake,
             stats,

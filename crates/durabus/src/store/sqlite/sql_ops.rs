@@ -10,6 +10,11 @@ pub const DL_COLUMNS: &str = "event_id, seq, event_type, payload, subscription, 
      next_auto_retry_at, created_at, updated_at, last_retry_at, last_retry_by, resolved_at, \
      resolved_by, resolution_note, rounds";
 
+/// The columns of a dead-letter summary, in the order `summary_from_row` reads them.
+pub const DL_SUMMARY_COLUMNS: &str = "event_id, seq, event_type, subscription, last_error, \
+     fingerprint, attempts, rounds, status, auto_retry_count, manual_retry_count, \
+     next_auto_retry_at, created_at, updated_at, last_retry_by, resolved_by";
+
 /// The columns every operation query selects.
 pub const OP_COLUMNS: &str = "id, kind, status, params, bound, cursor, total, processed, skipped, \
      errors, actor, actor_kind, cancel_requested, created_at, started_at, finished_at, \
@@ -269,6 +274,24 @@ impl OpsSql {
         filter: &DeadLetterFilter,
         page: &Keyset,
     ) -> (String, Vec<rusqlite::types::Value>) {
+        self.dl_page(filter, page, DL_COLUMNS)
+    }
+
+    /// The same page as [`dl_list`](Self::dl_list), with the summary columns.
+    pub fn dl_list_summaries(
+        &self,
+        filter: &DeadLetterFilter,
+        page: &Keyset,
+    ) -> (String, Vec<rusqlite::types::Value>) {
+        self.dl_page(filter, page, DL_SUMMARY_COLUMNS)
+    }
+
+    fn dl_page(
+        &self,
+        filter: &DeadLetterFilter,
+        page: &Keyset,
+        columns: &str,
+    ) -> (String, Vec<rusqlite::types::Value>) {
         let (mut cond, mut args) = dl_filter(filter);
         if let Some(before) = page.before {
             cond.push_str(" AND seq < ?");
@@ -277,7 +300,7 @@ impl OpsSql {
         args.push(i64::from(page.limit).into());
         (
             format!(
-                "SELECT {DL_COLUMNS} FROM {}dead_letters WHERE {cond} ORDER BY seq DESC LIMIT ? + 0",
+                "SELECT {columns} FROM {}dead_letters WHERE {cond} ORDER BY seq DESC LIMIT ? + 0",
                 self.prefix
             ),
             args,
