@@ -797,3 +797,84 @@ async fn a_closed_store_answers_503_without_its_cause(api: &Api) {
         StatusCode::OK
     );
 }
+
+/// The API over a fresh SQLite bus with `config` instead of the defaults.
+async fn with_config(config: impl FnOnce(&mut durabus_admin::AdminConfig)) -> (Api, axum::Router) {
+    let api = Api::sqlite().await;
+    let mut c = durabus_admin::AdminConfig::new(tokens());
+    config(&mut c);
+    let app = durabus_admin::router(durabus_admin::AdminState::new(api.bus.clone(), c));
+    (api, app)
+}
+
+async fn send(app: &axum::Router, req: Request<Body>) -> axum::response::Response {
+    tower::ServiceExt::oneshot(app.clone(), req).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_over_its_time_limit_answers_503_timeout() {
+    let (api, app) = with_config(|c| c.timeout = std::time::Duration::from_nanos(1)).await;
+    let response = send(
+        &app,
+        Request::builder()
+            .uri("/api/v2/stats")
+            .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["code"], "timeout", "{body}");
+    api.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_is_off_unless_origins_are_configured() {
+    let preflight = || {
+        Request::builder()
+            .method(Method::OPTIONS)
+            .uri("/api/v2/dead-letters")
+            .header(header::ORIGIN, "https://ops.example.com")
+            .header(header::ACCESS_CONTROL_REQUEST_METHOD, "GET")
+            .header(header::ACCESS_CONTROL_REQUEST_HEADERS, "authorization")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (api, app) = with_config(|_| {}).await;
+    let off = send(&app, preflight()).await;
+    assert!(
+        !off.headers()
+            .contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN),
+        "{:?}",
+        off.headers()
+    );
+    api.finish().await;
+    let (api, app) = with_config(|c| {
+        c.cors_origins = vec![header::HeaderValue::from_static("https://ops.example.com")]
+    })
+    .await;
+    let on = send(&app, preflight()).await;
+    assert_eq!(
+        on.headers()[header::ACCESS_CONTROL_ALLOW_ORIGIN],
+        "https://ops.example.com"
+    );
+    let other = send(
+        &app,
+        Request::builder()
+            .uri("/healthz")
+            .header(header::ORIGIN, "https://evil.example.com")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        !other
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_ALLOW_ORIGIN)
+    );
+    api.finish().await;
+}
