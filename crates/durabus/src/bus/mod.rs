@@ -26,7 +26,9 @@ use crate::ops::payloads::ConfigSource;
 use crate::pattern::Pattern;
 use crate::payload::{NewSnapshot, STAGE_PUBLISHED};
 use crate::shutdown::Supervisor;
-use crate::store::{Backend, InsertMode, Store, SubscriptionRow};
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+use crate::store::Backend;
+use crate::store::{InsertMode, Store, SubscriptionRow};
 
 /// A subscription id (a UUID string).
 pub type SubscriptionId = String;

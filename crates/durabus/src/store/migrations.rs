@@ -15,6 +15,7 @@ pub(crate) struct Migration {
     pub sql: &'static str,
 }
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 macro_rules! migration {
     ($version:literal, $store:literal, $file:literal, $name:literal) => {
         Migration {
