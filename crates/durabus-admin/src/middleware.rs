@@ -55,3 +55,41 @@ async fn log_request(State(timeout): State<Duration>, request: Request, next: Ne
     }
     response
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_request_over_its_time_limit_answers_503_timeout_with_a_request_id() {
+        let app = Router::new()
+            .route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    "late"
+                }),
+            )
+            .route("/quick", get(|| async { "ok" }));
+        let app = outer(app, Duration::from_millis(2));
+        let call = |path: &'static str| {
+            app.clone()
+                .oneshot(Request::builder().uri(path).body(Body::empty()).unwrap())
+        };
+        let started = Instant::now();
+        let slow = call("/slow").await.unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert_eq!(slow.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(slow.headers().contains_key("x-request-id"));
+        let body = axum::body::to_bytes(slow.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], "timeout");
+        assert_eq!(call("/quick").await.unwrap().status(), StatusCode::OK);
+    }
+}

@@ -812,27 +812,6 @@ async fn send(app: &axum::Router, req: Request<Body>) -> axum::response::Respons
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_over_its_time_limit_answers_503_timeout() {
-    let (api, app) = with_config(|c| c.timeout = std::time::Duration::from_nanos(1)).await;
-    let response = send(
-        &app,
-        Request::builder()
-            .uri("/api/v2/stats")
-            .header(header::AUTHORIZATION, format!("Bearer {ADMIN}"))
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    let body: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["error"]["code"], "timeout", "{body}");
-    api.finish().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_is_off_unless_origins_are_configured() {
     let preflight = || {
         Request::builder()

@@ -5,6 +5,8 @@ use std::time::Duration;
 use crate::breaker::BreakerConfig;
 use crate::dead_letter::DeadLetterPolicy;
 use crate::error::{Error, Result};
+#[allow(unused_imports)]
+use crate::hook::ErrorHook;
 use crate::ops::SchedulerConfig;
 use crate::retry::RetryPolicy;
 
@@ -61,6 +63,9 @@ pub struct BusConfig {
     /// but never claims an event and never touches another process's `processing` events.
     /// Defaults to `true`.
     pub deliver: bool,
+    /// Called with every error the bus meets in the background (see [`ErrorHook`]). Defaults
+    /// to none: such errors only reach `tracing`.
+    pub on_error: crate::hook::ErrorHook,
 }
 
 /// Settings of the Prometheus metrics (see [`EventBus::metrics_text`](crate::EventBus::metrics_text)).
@@ -123,6 +128,7 @@ impl Default for BusConfig {
             payload_snapshots: false,
             metrics: MetricsConfig::default(),
             deliver: true,
+            on_error: crate::hook::ErrorHook::default(),
         }
     }
 }

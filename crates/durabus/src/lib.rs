@@ -41,6 +41,11 @@
 //! - [`retry`], [`pattern`], [`breaker`], [`clock`]: pure logic and injected time.
 //! - [`error`]: [`Error`] with an [`ErrorKind`] to branch on.
 
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+compile_error!(
+    "durabus needs a store: enable the `sqlite` feature (the default) or `postgres`, or both"
+);
+
 pub mod breaker;
 mod bus;
 pub mod clock;
@@ -52,6 +57,7 @@ pub mod error;
 pub mod event;
 pub mod handler;
 pub mod history;
+pub mod hook;
 pub mod metrics;
 pub mod operation;
 pub mod ops;
@@ -82,6 +88,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use history::History;
+pub use hook::{BusError, ErrorHook, ErrorSource};
 pub use metrics::{MetricsSnapshot, TypeMetrics};
 pub use operation::{Operation, OperationStatus};
 pub use ops::{

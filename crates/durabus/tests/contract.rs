@@ -53,6 +53,7 @@ macro_rules! all_contract_tests {
             lifecycle::shutdown_removes_unnamed_subscription_rows_and_keeps_named_ones,
             lifecycle::concurrent_subscribes_with_one_name_let_exactly_one_through,
             lifecycle::events_claimed_but_not_started_are_released_at_shutdown,
+            lifecycle::the_error_hook_hears_what_fails_in_the_background,
             breaker::an_open_breaker_defers_events_and_a_probe_closes_it,
             breaker::a_half_open_breaker_lets_exactly_one_probe_through,
             breaker::a_probe_skipped_by_an_earlier_failure_is_released,

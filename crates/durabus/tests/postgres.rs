@@ -365,6 +365,14 @@ async fn killed_connections_are_replaced_and_the_listener_comes_back() {
     let schema = unique_schema();
     let seen = Seen::default();
     let worker = listening_bus(&schema, &seen).await;
+    // The worker's error hook hears the lost LISTEN connection.
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h = heard.clone();
+    worker.config().on_error.set(move |e| {
+        h.lock()
+            .unwrap()
+            .push((e.source.clone(), e.kind(), e.retrying))
+    });
     let publisher = EventBus::builder()
         .postgres_with(pg_url(), options(&schema))
         .build()
@@ -404,6 +412,15 @@ async fn killed_connections_are_replaced_and_the_listener_comes_back() {
         seen.all().contains(&second.to_string())
     })
     .await;
+    assert!(
+        heard
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(source, _, retrying)| *source == durabus::ErrorSource::Listener && *retrying),
+        "the hook heard {:?}",
+        heard.lock().unwrap()
+    );
     publisher.shutdown().await.unwrap();
     worker.shutdown().await.unwrap();
     pool.close().await;

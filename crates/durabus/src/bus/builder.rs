@@ -222,6 +222,14 @@ impl BusBuilder {
         self
     }
 
+    /// Calls `f` with every error the bus meets in the background: a store write that failed
+    /// and will be retried, a recovery failure, a dropped listener connection, a job or an
+    /// operation that failed (see [`ErrorHook`](crate::ErrorHook)). The place to hook alerting.
+    pub fn on_error(self, f: impl Fn(&crate::BusError<'_>) + Send + Sync + 'static) -> Self {
+        self.config.on_error.set(f);
+        self
+    }
+
     /// Sets the fallback poll interval (500 ms unless set).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.config.poll_interval = interval;
@@ -265,6 +273,7 @@ impl BusBuilder {
                 store
             }
         };
+        store.set_error_hook(self.config.on_error.clone());
         let bus = EventBus::from_parts(store, self.clock, self.config);
         if bus.config().payload_snapshots {
             // The publish path reads the configuration without waiting: load it now.

@@ -498,6 +498,9 @@ impl EventBus {
                 Err(e) => {
                     // Not started: a later call may try again.
                     life.started.store(false, Ordering::SeqCst);
+                    self.config()
+                        .on_error
+                        .report(crate::hook::ErrorSource::Recovery, &e, false);
                     return Err(e);
                 }
             }
@@ -520,6 +523,7 @@ impl EventBus {
         }
         if self.config().payload_snapshots {
             let payloads = self.inner.payloads.clone();
+            let hook = self.config().on_error.clone();
             life.supervisor.spawn("payload-configs", move |mut shutdown| async move {
                 loop {
                     tokio::select! {
@@ -528,14 +532,16 @@ impl EventBus {
                     }
                     if let Err(e) = payloads.reload().await {
                         tracing::warn!(error = %e, "could not reload the payload configuration");
+                        hook.report(crate::hook::ErrorSource::PayloadConfig, &e, true);
                     }
                 }
             });
         }
         let operations = self.operations();
         let every = self.config().operations_poll;
+        let hook = self.config().on_error.clone();
         life.supervisor.spawn("operations", move |shutdown| {
-            run_operations(operations, every, shutdown)
+            run_operations(operations, every, hook, shutdown)
         });
         Ok(recovered)
     }
@@ -596,6 +602,7 @@ impl EventBus {
     pub fn operations(&self) -> crate::Operations {
         crate::Operations::with_clock(self.store(), self.clock())
             .observed(Some(self.telemetry().clone()))
+            .hooked(self.config().on_error.clone())
     }
 
     /// Replays on this bus's store and clock: preview, dry run, submit (a started bus runs
@@ -609,7 +616,8 @@ impl EventBus {
     pub fn scheduler(&self) -> Result<crate::Scheduler> {
         Ok(
             crate::Scheduler::new(self.store(), self.clock(), self.config().scheduler.clone())?
-                .observed(self.telemetry().clone()),
+                .observed(self.telemetry().clone())
+                .hooked(self.config().on_error.clone()),
         )
     }
 
@@ -649,6 +657,11 @@ impl EventBus {
                 && let Err(e) = d.store().delete_subscription(&sub.id).await
             {
                 tracing::warn!(subscription_id = %sub.id, error = %e, "could not remove the subscription row");
+                d.config().on_error.report(
+                    crate::hook::ErrorSource::SubscriptionCleanup,
+                    &e,
+                    false,
+                );
             }
         }
         let timeout = d.config().shutdown_timeout;
@@ -675,6 +688,7 @@ impl EventBus {
 async fn run_operations(
     operations: crate::Operations,
     every: std::time::Duration,
+    hook: crate::hook::ErrorHook,
     mut shutdown: crate::shutdown::Shutdown,
 ) {
     let options = crate::RunOptions::default();
@@ -694,6 +708,7 @@ async fn run_operations(
             Ok(ops) => ops,
             Err(e) => {
                 tracing::warn!(error = %e, "looking for operations to run failed");
+                hook.report(crate::hook::ErrorSource::Operation(None), &e, true);
                 continue;
             }
         };
@@ -701,14 +716,23 @@ async fn run_operations(
             if !crate::sync::lock(&active).insert(op.id.clone()) {
                 continue;
             }
-            let (operations, options, active) =
-                (operations.clone(), options.clone(), active.clone());
+            let (operations, options, active, hook) = (
+                operations.clone(),
+                options.clone(),
+                active.clone(),
+                hook.clone(),
+            );
             running.spawn(async move {
                 match operations.run(&op.id, &options, |_| {}).await {
                     Ok(_) => {}
                     Err(e) if e.kind() == crate::ErrorKind::Conflict => {}
                     Err(e) => {
-                        tracing::warn!(operation = %op.id, error = %e, "an operation could not run")
+                        tracing::warn!(operation = %op.id, error = %e, "an operation could not run");
+                        hook.report(
+                            crate::hook::ErrorSource::Operation(Some(op.id.clone())),
+                            &e,
+                            false,
+                        );
                     }
                 }
                 crate::sync::lock(&active).remove(&op.id);

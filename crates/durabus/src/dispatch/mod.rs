@@ -102,6 +102,9 @@ impl Dispatcher {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(event_id = %id, error = %e, "could not take an error snapshot");
+                self.config
+                    .on_error
+                    .report(crate::hook::ErrorSource::Snapshot, &e, false);
                 None
             }
         }
@@ -327,6 +330,9 @@ impl Dispatcher {
                 }
                 Err(e) => {
                     tracing::error!(error = %e, kind = %e.kind(), ?pause, "recording outcomes failed; retrying");
+                    self.config
+                        .on_error
+                        .report(crate::hook::ErrorSource::RecordOutcomes, &e, true);
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(1));
                 }

@@ -152,6 +152,9 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                     failures = failures.saturating_add(1);
                     let pause = Duration::from_millis(10u64 << failures.min(8));
                     tracing::error!(error = %e, kind = %e.kind(), ?pause, "claiming due events failed; retrying");
+                    config
+                        .on_error
+                        .report(crate::hook::ErrorSource::Claim, &e, true);
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => continue,
                         _ = shutdown.recv() => break,
@@ -188,6 +191,9 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         let ids = queue.iter().map(|e| e.id).collect();
         if let Err(e) = store.release(ids, clock.now()).await {
             tracing::warn!(error = %e, events = queue.len(), "could not release queued events; the next start recovers them");
+            config
+                .on_error
+                .report(crate::hook::ErrorSource::Release, &e, false);
         }
     }
 }

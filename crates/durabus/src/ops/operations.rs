@@ -48,6 +48,7 @@ pub struct Operations {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     telemetry: Option<Arc<Telemetry>>,
+    hook: crate::hook::ErrorHook,
 }
 
 impl Operations {
@@ -62,6 +63,7 @@ impl Operations {
             store,
             clock,
             telemetry: None,
+            hook: crate::hook::ErrorHook::default(),
         }
     }
 
@@ -69,6 +71,12 @@ impl Operations {
     /// `telemetry` (a bus's metrics).
     pub(crate) fn observed(mut self, telemetry: Option<Arc<Telemetry>>) -> Self {
         self.telemetry = telemetry;
+        self
+    }
+
+    /// Hands chunk failures that are retried to `hook` (a bus's error hook).
+    pub(crate) fn hooked(mut self, hook: crate::hook::ErrorHook) -> Self {
+        self.hook = hook;
         self
     }
 
@@ -193,6 +201,11 @@ impl Operations {
                 Err(e) => {
                     if let Some(pause) = passing(&e, &mut failures) {
                         tracing::warn!(operation = id, error = %e, ?pause, "an operation's chunk failed; retrying");
+                        self.hook.report(
+                            crate::hook::ErrorSource::Operation(Some(id.to_owned())),
+                            &e,
+                            true,
+                        );
                         tokio::time::sleep(pause).await;
                         continue;
                     }

@@ -192,6 +192,7 @@ pub struct Scheduler {
     jobs: Arc<Vec<Job>>,
     holder: String,
     telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    hook: crate::hook::ErrorHook,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -229,12 +230,19 @@ impl Scheduler {
             jobs: Arc::new(jobs),
             holder: worker_name(),
             telemetry: None,
+            hook: crate::hook::ErrorHook::default(),
         })
     }
 
     /// Counts the dead letters the auto-retry job sends back in `telemetry` (a bus's metrics).
     pub(crate) fn observed(mut self, telemetry: Arc<crate::telemetry::Telemetry>) -> Self {
         self.telemetry = Some(telemetry);
+        self
+    }
+
+    /// Hands failed job runs to `hook` (a bus's error hook).
+    pub(crate) fn hooked(mut self, hook: crate::hook::ErrorHook) -> Self {
+        self.hook = hook;
         self
     }
 
@@ -311,6 +319,8 @@ impl Scheduler {
             }
             Err(e) => {
                 tracing::error!(job = name, error = %e, "job failed");
+                self.hook
+                    .report(crate::hook::ErrorSource::Job(name.to_owned()), &e, false);
                 Ok(report("failed", e.to_string()))
             }
         }
@@ -396,6 +406,11 @@ impl Scheduler {
                     && e.kind() != ErrorKind::Closed
                 {
                     tracing::warn!(job = job.name, error = %e, "could not run a job");
+                    self.hook.report(
+                        crate::hook::ErrorSource::Job(job.name.to_owned()),
+                        &e,
+                        false,
+                    );
                 }
                 *due = job.next_after(self.clock.now().max(tick));
                 if shutdown.is_shutdown() {

@@ -467,6 +467,12 @@ pub trait StoreLifecycle: sealed::Sealed + Send + Sync + 'static {
         let _ = clock;
     }
 
+    /// Hands the errors of the store's own background work (PostgreSQL: the `LISTEN`
+    /// connection, lease renewals) to `hook` as well as to `tracing`. The default has none.
+    fn set_error_hook(&self, hook: crate::hook::ErrorHook) {
+        let _ = hook;
+    }
+
     /// Flushes and closes the database. Later calls fail with [`crate::Error::StoreClosed`];
     /// closing twice is harmless.
     async fn close(&self) -> Result<()>;

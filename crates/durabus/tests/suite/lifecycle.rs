@@ -541,3 +541,70 @@ pub async fn dead_letters_from_interrupted_attempts_are_counted(h: &Harness) {
     assert_eq!(m.by_type["fatal.y"].events_dead_lettered_total, 1);
     bus.shutdown().await.unwrap();
 }
+
+pub async fn the_error_hook_hears_what_fails_in_the_background(h: &Harness) {
+    type Heard = Arc<std::sync::Mutex<Vec<(durabus::ErrorSource, durabus::ErrorKind, bool)>>>;
+    let heard: Heard = Arc::default();
+    let hook = |heard: &Heard| {
+        let heard = heard.clone();
+        move |e: &durabus::BusError<'_>| {
+            heard
+                .lock()
+                .unwrap()
+                .push((e.source.clone(), e.kind(), e.retrying))
+        }
+    };
+    let bus = h
+        .builder()
+        .await
+        .on_error(hook(&heard))
+        .build()
+        .await
+        .unwrap();
+    bus.start().await.unwrap();
+    // The database goes away under a running bus: its worker's claims fail and are retried.
+    bus.store().close().await.unwrap();
+    eventually("the hook to hear the failed claim", || {
+        let heard = heard.clone();
+        async move {
+            heard
+                .lock()
+                .unwrap()
+                .contains(&(
+                    durabus::ErrorSource::Claim,
+                    durabus::ErrorKind::Closed,
+                    true,
+                ))
+                .then_some(())
+        }
+    })
+    .await;
+    let _ = bus.shutdown().await;
+
+    // Recovery at start fails: the caller gets the error, and so does the hook.
+    let heard: Heard = Arc::default();
+    let bus = h
+        .builder()
+        .await
+        .on_error(hook(&heard))
+        .build()
+        .await
+        .unwrap();
+    bus.store().close().await.unwrap();
+    assert!(bus.start().await.is_err());
+    assert_eq!(
+        heard.lock().unwrap().as_slice(),
+        &[(
+            durabus::ErrorSource::Recovery,
+            durabus::ErrorKind::Closed,
+            false
+        )]
+    );
+    let _ = bus.shutdown().await;
+
+    // Without a hook nothing changes: errors reach only the log.
+    let quiet = h.bus().await;
+    quiet.start().await.unwrap();
+    quiet.store().close().await.unwrap();
+    let _ = quiet.shutdown().await;
+}

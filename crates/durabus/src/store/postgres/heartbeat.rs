@@ -48,13 +48,14 @@ impl Beat {
 }
 
 /// Renews leases every `beat.every` until aborted (the store's close).
-pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>) {
+pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::ErrorHook) {
     let mut tick = tokio::time::interval(beat.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         if let Err(e) = beat.renew(clock.now()).await {
             tracing::warn!(error = %e, "could not renew leases; retrying at the next beat");
+            hook.report(crate::hook::ErrorSource::LeaseRenewal, &e, true);
         }
     }
 }

@@ -10,13 +10,25 @@ use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 
 /// Listens on `channel` until the task is aborted.
-pub(super) async fn run(pool: PgPool, channel: String, wake: Arc<Notify>) {
+pub(super) async fn run(
+    pool: PgPool,
+    channel: String,
+    wake: Arc<Notify>,
+    hook: crate::hook::ErrorHook,
+) {
     let mut pause = Duration::from_millis(50);
     loop {
-        match listen_once(&pool, &channel, &wake).await {
+        match listen_once(&pool, &channel, &wake, &hook).await {
             Ok(()) => pause = Duration::from_millis(50),
             Err(e) => {
                 tracing::warn!(error = %e, ?pause, "LISTEN connection lost; polling until it is back");
+                if !pool.is_closed() {
+                    hook.report(
+                        crate::hook::ErrorSource::Listener,
+                        &crate::Error::from(e),
+                        true,
+                    );
+                }
                 pause = (pause * 2).min(Duration::from_secs(5));
             }
         }
@@ -29,7 +41,12 @@ pub(super) async fn run(pool: PgPool, channel: String, wake: Arc<Notify>) {
     }
 }
 
-async fn listen_once(pool: &PgPool, channel: &str, wake: &Notify) -> Result<(), sqlx::Error> {
+async fn listen_once(
+    pool: &PgPool,
+    channel: &str,
+    wake: &Notify,
+    hook: &crate::hook::ErrorHook,
+) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(channel).await?;
     // Events published before LISTEN took effect would otherwise wait for a poll.
@@ -38,7 +55,16 @@ async fn listen_once(pool: &PgPool, channel: &str, wake: &Notify) -> Result<(), 
         match listener.try_recv().await? {
             Some(_) => wake.notify_one(),
             // The connection dropped; the next call reconnects and listens again.
-            None => wake.notify_one(),
+            None => {
+                wake.notify_one();
+                if !pool.is_closed() {
+                    tracing::warn!("LISTEN connection dropped; reconnecting");
+                    let dropped = crate::Error::Unavailable {
+                        source: "the LISTEN connection dropped; reconnecting".into(),
+                    };
+                    hook.report(crate::hook::ErrorSource::Listener, &dropped, true);
+                }
+            }
         }
     }
 }

@@ -73,6 +73,8 @@ pub struct PgStore {
     listener: Mutex<Option<JoinHandle<()>>>,
     /// The lease heartbeat, started by [`StoreLifecycle::start_background`].
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// Where the listener's and the heartbeat's errors go besides `tracing`.
+    hook: crate::hook::ErrorHook,
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
@@ -150,9 +152,15 @@ impl PgStore {
         }
         let wake = Arc::new(Notify::new());
         let channel = format!("durabus_{schema}");
-        let listener = options
-            .listen
-            .then(|| tokio::spawn(listen::run(pool.clone(), channel.clone(), wake.clone())));
+        let hook = crate::hook::ErrorHook::default();
+        let listener = options.listen.then(|| {
+            tokio::spawn(listen::run(
+                pool.clone(),
+                channel.clone(),
+                wake.clone(),
+                hook.clone(),
+            ))
+        });
         let lease_ms = i64::try_from(options.lease.as_millis()).unwrap_or(i64::MAX);
         let sql = Arc::new(PgSql::new(&quoted));
         let held = Arc::new(Mutex::new(HashMap::new()));
@@ -182,6 +190,7 @@ impl PgStore {
             closed: AtomicBool::new(false),
             listener: Mutex::new(listener),
             heartbeat: Mutex::new(None),
+            hook,
         })
     }
 
@@ -254,8 +263,17 @@ impl StoreLifecycle for PgStore {
     fn start_background(&self, clock: Arc<dyn Clock>) {
         let mut beat = lock(&self.heartbeat);
         if beat.is_none() && !self.closed.load(Ordering::Acquire) {
-            *beat = Some(tokio::spawn(heartbeat::run(self.beat(), clock)));
+            *beat = Some(tokio::spawn(heartbeat::run(
+                self.beat(),
+                clock,
+                self.hook.clone(),
+            )));
         }
+    }
+
+    fn set_error_hook(&self, hook: crate::hook::ErrorHook) {
+        self.hook
+            .set(move |e| hook.report(e.source.clone(), e.error, e.retrying));
     }
 
     async fn close(&self) -> Result<()> {
