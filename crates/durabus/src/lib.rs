@@ -72,6 +72,8 @@ pub mod stats;
 pub mod store;
 mod sync;
 pub mod telemetry;
+#[cfg(feature = "test-util")]
+pub mod testing;
 
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
