@@ -68,7 +68,7 @@ pub struct BusConfig {
     pub on_error: crate::hook::ErrorHook,
 }
 
-/// Settings of the Prometheus metrics (see [`EventBus::metrics_text`](crate::EventBus::metrics_text)).
+/// Settings of the Prometheus metrics (see `EventBus::metrics_text`, feature `metrics`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsConfig {
     /// Put before every metric name: letters, digits and `_`, starting with a letter; a

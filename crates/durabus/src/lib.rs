@@ -25,21 +25,45 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # Layout
-//! Layers point one way: `bus → dispatch → store`; the operations modules (`dlq`, `history`,
-//! `stats`) use the store only.
+//! # Modules
+//! Layers point one way: `bus → dispatch → store`; the operations modules (`dlq`, `ops`,
+//! `history`, `stats`) use the store only; the admin HTTP API (crate `durabus-admin`) sits on
+//! top of them.
 //!
-//! - [`bus`](EventBus): the public handle: publish, enqueue, subscribe, start, shutdown, and
-//!   `poll`/`finalize` for own worker loops; its background tasks run under one supervisor.
-//! - `dispatch`: the dispatcher: subscription registry, circuit breakers, in-flight tracking,
-//!   metrics; runs handlers under timeouts, `decide`s what an attempt means (one pure
-//!   function for every path), records outcomes; the worker loop.
-//! - [`store`]: capability traits by noun ([`EventStore`], [`SubscriptionStore`],
-//!   [`QueryStore`], [`DeadLetterStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL
-//!   stores behind them; versioned migrations embedded from `migrations/`.
-//! - [`dlq`], [`history`], [`stats`]: dead letters, event history, statistics over a store.
-//! - [`retry`], [`pattern`], [`breaker`], [`clock`]: pure logic and injected time.
-//! - [`error`]: [`Error`] with an [`ErrorKind`] to branch on.
+//! | module | what it holds |
+//! |---|---|
+//! | [`bus`](EventBus) | the public handle: publish, enqueue, subscribe, start, shutdown; `poll`/`finalize` for own worker loops; the builder |
+//! | `dispatch` | the dispatcher: registry, circuit breakers, in-flight tracking; runs handlers under timeouts, decides what an attempt means, records outcomes |
+//! | [`store`] | capability traits by noun ([`EventStore`], [`SubscriptionStore`], [`QueryStore`], [`DeadLetterStore`], [`PayloadStore`](store::PayloadStore), [`OperationStore`], [`JobStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL stores |
+//! | [`dead_letter`], [`dlq`] | dead-letter records, lifecycle rules, failure groups, filters; the operator's queue ([`DeadLetters`]) |
+//! | [`ops`], [`operation`], [`replay`] | durable operations (bulk actions, replays), the maintenance jobs, the payload store service |
+//! | [`payload`] | payload snapshots: configuration per type, compression, content flags, redaction |
+//! | [`history`], [`stats`], [`metrics`], [`telemetry`] | event history, statistics, in-process retry metrics, Prometheus families |
+//! | [`hook`] | the error hook ([`BusBuilder::on_error`]) |
+//! | `outbox` | publishing inside the application's own transaction |
+//! | `testing` | test helpers for applications (feature `test-util`) |
+//! | [`retry`], [`pattern`], [`breaker`], [`clock`], [`error`] | pure rules, injected time, [`Error`] with an [`ErrorKind`] to branch on |
+//!
+//! # Features
+//!
+//! | feature | default | gives |
+//! |---|---|---|
+//! | `sqlite` | yes | the embedded SQLite store (`SqliteStore`, the `Outbox`) |
+//! | `postgres` | no | the PostgreSQL store for many worker processes (`PgStore`, `PgOutbox`, `sqlx` re-exported) |
+//! | `metrics` | no | Prometheus text (`EventBus::metrics_text`) |
+//! | `openapi` | no | OpenAPI schemas of the public data types (used by `durabus-admin`) |
+//! | `test-util` | no | `durabus::testing`: a bus on a manual clock, `drain`, assertions |
+//!
+//! Which capability works on which store:
+//!
+//! | capability | SQLite | PostgreSQL |
+//! |---|---|---|
+//! | publish, enqueue, batches, idempotent ids, retries, dead letters, breakers | yes | yes |
+//! | several worker processes on one queue (leases, fencing, `LISTEN/NOTIFY`) | one process writes (others may read) | yes |
+//! | outbox in the application's transaction | `Outbox` (rusqlite) | `PgOutbox` (sqlx) |
+//! | dead-letter lifecycle, bulk operations, replay, payload snapshots, jobs, metrics, admin API | yes | yes |
+//!
+//! At least one store feature is needed; a build without one stops with a clear error.
 
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 compile_error!(

@@ -10,25 +10,25 @@ use crate::event::EventId;
 /// The lifecycle fields of a record, as the rules need them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
-    /// See [`DeadLetter::status`].
+    /// See [`DeadLetter::status`](super::DeadLetter::status).
     pub status: DeadLetterStatus,
-    /// See [`DeadLetter::auto_retry_count`].
+    /// See [`DeadLetter::auto_retry_count`](super::DeadLetter::auto_retry_count).
     pub auto_retry_count: u32,
-    /// See [`DeadLetter::manual_retry_count`].
+    /// See [`DeadLetter::manual_retry_count`](super::DeadLetter::manual_retry_count).
     pub manual_retry_count: u32,
-    /// See [`DeadLetter::next_auto_retry_at`].
+    /// See [`DeadLetter::next_auto_retry_at`](super::DeadLetter::next_auto_retry_at).
     pub next_auto_retry_at: Option<Timestamp>,
-    /// See [`DeadLetter::created_at`].
+    /// See [`DeadLetter::created_at`](super::DeadLetter::created_at).
     pub created_at: Timestamp,
-    /// See [`DeadLetter::last_retry_at`].
+    /// See [`DeadLetter::last_retry_at`](super::DeadLetter::last_retry_at).
     pub last_retry_at: Option<Timestamp>,
-    /// See [`DeadLetter::last_retry_by`].
+    /// See [`DeadLetter::last_retry_by`](super::DeadLetter::last_retry_by).
     pub last_retry_by: Option<String>,
-    /// See [`DeadLetter::resolved_at`].
+    /// See [`DeadLetter::resolved_at`](super::DeadLetter::resolved_at).
     pub resolved_at: Option<Timestamp>,
-    /// See [`DeadLetter::resolved_by`].
+    /// See [`DeadLetter::resolved_by`](super::DeadLetter::resolved_by).
     pub resolved_by: Option<String>,
-    /// See [`DeadLetter::resolution_note`].
+    /// See [`DeadLetter::resolution_note`](super::DeadLetter::resolution_note).
     pub resolution_note: Option<String>,
     /// Rounds recorded so far.
     pub rounds: u32,

@@ -80,7 +80,7 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
 
     /// Moves up to `limit` due `pending` events (`next_attempt_at <= now`) to `processing` and
     /// returns them, earliest due first. On PostgreSQL this also takes over events whose lease
-    /// expired, their interrupted attempt counted (see [`recovery`]).
+    /// expired, their interrupted attempt counted (the rules of `store/recovery.rs`).
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>>;
 
     /// The earliest time at which something becomes claimable: a pending event's
@@ -115,7 +115,7 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64>;
 
     /// Crash recovery: `processing` events left by a process that stopped go back to
-    /// `pending`, due now, with the interrupted attempt counted as [`recovery`] decides.
+    /// `pending`, due now, with the interrupted attempt counted as the rules of `store/recovery.rs` decide.
     /// Returns how many.
     async fn recover_processing(&self, now: Timestamp) -> Result<u64>;
 }

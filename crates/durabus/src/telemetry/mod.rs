@@ -249,7 +249,7 @@ impl Telemetry {
     }
 }
 
-/// The content type of [`Telemetry::encode`]'s text.
+/// The content type of the text `Telemetry::encode` makes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The buckets of the latency histograms (seconds): 0.5 ms to about 16 s, doubling.

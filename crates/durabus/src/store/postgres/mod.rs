@@ -53,7 +53,7 @@ use crate::event::EventId;
 use crate::store::{Backend, StoreLifecycle, sealed};
 use crate::sync::lock;
 
-/// A [`Store`] on a PostgreSQL database.
+/// A [`Store`](crate::Store) on a PostgreSQL database.
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,

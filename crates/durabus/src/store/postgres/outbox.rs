@@ -52,7 +52,7 @@ impl PgOutbox {
 
     /// Writes one event of `event_type` with `payload` on `conn` (a `sqlx` transaction
     /// dereferences to one), created and due at `now`. Fails like
-    /// [`Outbox::publish`](crate::Outbox::publish); nothing is written then.
+    /// the SQLite `Outbox::publish`; nothing is written then.
     pub async fn publish<T: serde::Serialize + ?Sized>(
         &self,
         conn: &mut PgConnection,

@@ -8,7 +8,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::telemetry::StoreGauges;
 
-/// The gauge statements, in the order [`read`] runs them (public for the query-plan test).
+/// The gauge statements, in the order the store runs them (public for the query-plan test).
 pub fn statements(p: &str) -> Vec<String> {
     vec![
         format!("SELECT count(*) FROM {p}events WHERE status = 'pending'"),

@@ -96,7 +96,7 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A [`Store`] on one SQLite file.
+/// A [`Store`](crate::Store) on one SQLite file.
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
