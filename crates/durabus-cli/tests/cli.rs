@@ -280,6 +280,21 @@ fn bad_arguments_are_refused() {
         "{}",
         stderr(&o)
     );
+    // An in-memory database cannot be inspected from another process: refused, not empty.
+    for args in [&["dlq", "list"][..], &["demo", "--orders", "1"], &["serve"]] {
+        let o = Command::new(env!("CARGO_BIN_EXE_durabus"))
+            .args(["--db", ":memory:"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(
+            stderr(&o).contains("private to the process"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!std::path::Path::new(":memory:").exists());
+    }
 }
 
 #[test]

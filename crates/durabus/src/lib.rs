@@ -61,6 +61,8 @@
 //! | publish, enqueue, batches, idempotent ids, retries, dead letters, breakers | yes | yes |
 //! | several worker processes on one queue (leases, fencing, `LISTEN/NOTIFY`) | one process writes (others may read) | yes |
 //! | outbox in the application's transaction | `Outbox` (rusqlite) | `PgOutbox` (sqlx) |
+//! | open on what the application already has | its SQLite file (tables by prefix) | its `sqlx::PgPool` (`BusBuilder::postgres_pool`) |
+//! | in memory, for tests (`EventBus::in_memory`, `:memory:`) | yes (no WAL, no outbox) | — |
 //! | dead-letter lifecycle, bulk operations, replay, payload snapshots, jobs, metrics, admin API | yes | yes |
 //!
 //! At least one store feature is needed; a build without one stops with a clear error.

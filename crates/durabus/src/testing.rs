@@ -111,6 +111,33 @@ impl TestBus {
         })
     }
 
+    /// A bus on a private in-memory SQLite database (nothing on disk; see
+    /// [`SqliteStore::in_memory`](crate::SqliteStore::in_memory) for what differs from a file).
+    #[cfg(feature = "sqlite")]
+    pub async fn in_memory() -> Result<TestBus> {
+        TestBus::in_memory_with(|b| b).await
+    }
+
+    /// [`in_memory`](Self::in_memory) with more settings.
+    #[cfg(feature = "sqlite")]
+    pub async fn in_memory_with(
+        configure: impl FnOnce(BusBuilder) -> BusBuilder,
+    ) -> Result<TestBus> {
+        let clock = ManualClock::default();
+        let builder = EventBus::builder()
+            .in_memory()
+            .clock(Arc::new(clock.clone()))
+            .poll_interval(Duration::from_millis(20));
+        let bus = configure(builder).build().await?;
+        Ok(TestBus {
+            bus,
+            clock,
+            _dir: None,
+            #[cfg(feature = "postgres")]
+            pg: None,
+        })
+    }
+
     /// A bus on PostgreSQL at `url`, in a new schema of its own (dropped by
     /// [`close`](Self::close)), so tests run in parallel.
     #[cfg(feature = "postgres")]

@@ -119,3 +119,4 @@ macro_rules! all_contract_tests {
 
 all_contract_tests!(sqlite: async { Some(crate::support::Harness::sqlite()) });
 all_contract_tests!(postgres: crate::support::Harness::postgres());
+all_contract_tests!(memory: async { Some(crate::support::Harness::memory().await) });

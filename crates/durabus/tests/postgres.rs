@@ -770,3 +770,87 @@ async fn the_gauge_queries_use_indexes() {
     drop(conn);
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bus_on_the_applications_pool_opens_no_pool_of_its_own_and_leaves_it_open() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let name = format!("app {schema}");
+    let connect: sqlx::postgres::PgConnectOptions = pg_url().parse().unwrap();
+    let app = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(connect.application_name(&name))
+        .await
+        .unwrap();
+    let seen = Seen::default();
+    let bus = EventBus::builder()
+        .postgres_pool(app.clone(), options(&schema))
+        .poll_interval(Duration::from_millis(20))
+        .build()
+        .await
+        .unwrap();
+    let s = seen.clone();
+    bus.subscribe(
+        "x.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.push(e.id.to_string());
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    let id = bus
+        .publish("x.paid", &serde_json::json!({"n": 1}))
+        .await
+        .unwrap();
+    eventually("delivery on the shared pool", async || {
+        seen.count(&id.to_string()) == 1
+    })
+    .await;
+
+    // Every connection the bus used is the application's: none carries durabus's own name.
+    let watcher = admin().await;
+    let ours: i64 =
+        sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1")
+            .bind(format!("durabus {schema} %"))
+            .fetch_one(&watcher)
+            .await
+            .unwrap()
+            .get(0);
+    assert_eq!(ours, 0, "the bus opened connections of its own");
+    let shared: i64 =
+        sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&name)
+            .fetch_one(&watcher)
+            .await
+            .unwrap()
+            .get(0);
+    assert!(shared >= 1, "the bus did not use the application's pool");
+
+    bus.shutdown().await.unwrap();
+    assert!(
+        !app.is_closed(),
+        "shutting the bus down closed the application's pool"
+    );
+    let done: i64 = sqlx::query(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}\".event_log"
+    )))
+    .fetch_one(&app)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(
+        done, 1,
+        "the application's pool still works and sees the handled event"
+    );
+    app.close().await;
+    watcher.close().await;
+    drop_schema(&schema).await;
+}

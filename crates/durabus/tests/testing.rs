@@ -16,7 +16,10 @@ fn pg_url() -> String {
 }
 
 async fn buses() -> Vec<TestBus> {
-    let mut v = vec![TestBus::sqlite().await.unwrap()];
+    let mut v = vec![
+        TestBus::sqlite().await.unwrap(),
+        TestBus::in_memory().await.unwrap(),
+    ];
     match TestBus::postgres(&pg_url()).await {
         Ok(b) => v.push(b),
         Err(e) => assert!(

@@ -101,6 +101,14 @@ impl Db {
 
     /// Refuses options that do not apply to this kind of database, rather than ignoring them.
     pub fn check_flags(&self) -> Result<(), String> {
+        if self.target == ":memory:" || self.target.starts_with("memory:") {
+            return Err(
+                "--db :memory: is an in-memory database private to the process that opens it: \
+                 each durabus command is a process of its own and would see an empty database; \
+                 give an SQLite file path or a postgres:// URL"
+                    .into(),
+            );
+        }
         if self.is_postgres() && self.table_prefix != durabus::store::sqlite::DEFAULT_PREFIX {
             return Err(
                 "--table-prefix applies to SQLite files; for PostgreSQL, use --schema".into(),

@@ -23,6 +23,8 @@ enum Source {
     Sqlite(PathBuf, SqliteOptions),
     #[cfg(feature = "postgres")]
     Postgres(String, PgOptions),
+    #[cfg(feature = "postgres")]
+    PgPool(sqlx::PgPool, PgOptions),
     /// A target whose store this build cannot open.
     #[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
     Unsupported(String),
@@ -59,6 +61,14 @@ impl BusBuilder {
         self
     }
 
+    /// Uses a private in-memory SQLite database (see
+    /// [`SqliteStore::in_memory`](crate::SqliteStore::in_memory)); the same as
+    /// `sqlite(":memory:")`.
+    #[cfg(feature = "sqlite")]
+    pub fn in_memory(self) -> Self {
+        self.sqlite(":memory:")
+    }
+
     /// Uses the SQLite file at `path` with these store options.
     #[cfg(feature = "sqlite")]
     pub fn sqlite_with(mut self, path: impl Into<PathBuf>, options: SqliteOptions) -> Self {
@@ -78,6 +88,15 @@ impl BusBuilder {
     #[cfg(feature = "postgres")]
     pub fn postgres_with(mut self, url: impl Into<String>, options: PgOptions) -> Self {
         self.source = Source::Postgres(url.into(), options);
+        self
+    }
+
+    /// Uses the application's own PostgreSQL pool (no second pool is opened; shutting the
+    /// bus down leaves the pool open), tables in `options.schema` (see
+    /// [`PgStore::from_pool`](crate::PgStore::from_pool)).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_pool(mut self, pool: sqlx::PgPool, options: PgOptions) -> Self {
+        self.source = Source::PgPool(pool, options);
         self
     }
 
@@ -261,6 +280,16 @@ impl BusBuilder {
                     ));
                 }
                 Arc::new(PgStore::connect(&url, options).await?)
+            }
+            #[cfg(feature = "postgres")]
+            Source::PgPool(pool, options) => {
+                #[cfg(feature = "sqlite")]
+                if self.durability.is_some() {
+                    return Err(Error::InvalidConfig(
+                        "durability() applies to SQLite; PostgreSQL commits follow its own synchronous_commit setting".into(),
+                    ));
+                }
+                Arc::new(PgStore::from_pool(pool, options).await?)
             }
             Source::Unsupported(why) => return Err(Error::InvalidConfig(why)),
             Source::Store(store) => {

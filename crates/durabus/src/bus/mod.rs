@@ -98,9 +98,32 @@ impl EventBus {
     }
 
     /// Opens a bus on the SQLite file at `path` (created if missing) with default settings.
+    /// `":memory:"` opens a private in-memory database, as [`in_memory`](Self::in_memory) does.
     #[cfg(feature = "sqlite")]
     pub async fn open(path: impl AsRef<std::path::Path>) -> Result<EventBus> {
         Self::builder().sqlite(path.as_ref()).build().await
+    }
+
+    /// Opens a bus on a private in-memory SQLite database with default settings: for tests and
+    /// throw-away buses; the events are gone when the bus shuts down. See
+    /// [`SqliteStore::in_memory`](crate::SqliteStore::in_memory) for how it differs from a file.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> durabus::Result<()> {
+    /// use durabus::store::QueryStore;
+    ///
+    /// let bus = durabus::EventBus::in_memory().await?;
+    /// let id = bus.publish("user.created", &serde_json::json!({"id": 1})).await?;
+    /// let event = bus.store().get_event(id).await?;
+    /// assert_eq!(event.map(|e| e.event_type), Some("user.created".to_owned()));
+    /// bus.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "sqlite")]
+    pub async fn in_memory() -> Result<EventBus> {
+        Self::builder().in_memory().build().await
     }
 
     pub(crate) fn from_parts(

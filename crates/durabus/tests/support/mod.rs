@@ -136,6 +136,47 @@ impl Backend for SqliteBackend {
     }
 }
 
+/// An in-memory SQLite database shared by name: an anchor store keeps it alive between the
+/// stores a test opens and closes, so restarts keep the data as a file would.
+pub struct MemoryBackend {
+    name: String,
+    anchor: Mutex<Option<SqliteStore>>,
+}
+
+impl MemoryBackend {
+    pub async fn new() -> Self {
+        let name = EventId::new().0.simple().to_string();
+        let anchor = SqliteStore::shared_memory(&name, SqliteOptions::default())
+            .await
+            .expect("open the in-memory database");
+        MemoryBackend {
+            name,
+            anchor: Mutex::new(Some(anchor)),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    async fn open(&self) -> Arc<dyn Store> {
+        Arc::new(
+            SqliteStore::shared_memory(&self.name, SqliteOptions::default())
+                .await
+                .expect("open the in-memory store"),
+        )
+    }
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    async fn cleanup(&self) {
+        let anchor = self.anchor.lock().unwrap().take();
+        if let Some(anchor) = anchor {
+            use durabus::store::StoreLifecycle;
+            anchor.close().await.unwrap();
+        }
+    }
+}
+
 pub struct Harness {
     pub backend: Box<dyn Backend>,
     pub clock: ManualClock,
@@ -174,6 +215,14 @@ impl Harness {
     pub fn sqlite() -> Self {
         Harness {
             backend: Box::new(SqliteBackend::new()),
+            clock: ManualClock::default(),
+        }
+    }
+
+    /// A harness on an in-memory SQLite database.
+    pub async fn memory() -> Self {
+        Harness {
+            backend: Box::new(MemoryBackend::new().await),
             clock: ManualClock::default(),
         }
     }

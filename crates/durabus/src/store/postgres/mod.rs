@@ -75,6 +75,8 @@ pub struct PgStore {
     heartbeat: Mutex<Option<JoinHandle<()>>>,
     /// Where the listener's and the heartbeat's errors go besides `tracing`.
     hook: crate::hook::ErrorHook,
+    /// Whether the pool is the store's own (closed with it) or the application's.
+    owns_pool: bool,
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
@@ -132,6 +134,31 @@ impl PgStore {
                 sqlx::Error::Configuration(c) => bad_url(c.to_string()),
                 other => Error::from(other),
             })?;
+        PgStore::with_pool(pool, options, worker, true).await
+    }
+
+    /// A store on the application's own pool (no second pool is opened): durabus's statements
+    /// share its connections, and [`close`](StoreLifecycle::close) leaves the pool open. The
+    /// `LISTEN` connection is opened with the pool's connect options. `options.max_connections`
+    /// and `acquire_timeout` do not apply (the pool has its own). Creates and migrates the
+    /// schema like [`connect`](Self::connect).
+    pub async fn from_pool(pool: PgPool, options: PgOptions) -> Result<PgStore> {
+        validate_schema(&options.schema)?;
+        if options.lease < Duration::from_millis(30) {
+            return Err(Error::InvalidConfig(
+                "lease must be at least 30 ms (heartbeats renew it every third of it)".into(),
+            ));
+        }
+        PgStore::with_pool(pool, options, worker_identity(), false).await
+    }
+
+    async fn with_pool(
+        pool: PgPool,
+        options: PgOptions,
+        worker: String,
+        owns_pool: bool,
+    ) -> Result<PgStore> {
+        let schema = options.schema.clone();
         let quoted = format!("\"{schema}\"");
         if options.create {
             schema::migrate(&pool, &schema, &quoted).await?;
@@ -142,7 +169,9 @@ impl PgStore {
                 .await?
                 .try_get(0)?;
             if !ours {
-                pool.close().await;
+                if owns_pool {
+                    pool.close().await;
+                }
                 return Err(Error::NotADatabase {
                     path: format!("schema {schema}"),
                     reason: "it holds no durabus tables (is the schema right? see --schema)".into(),
@@ -191,6 +220,7 @@ impl PgStore {
             listener: Mutex::new(listener),
             heartbeat: Mutex::new(None),
             hook,
+            owns_pool,
         })
     }
 
@@ -291,7 +321,9 @@ impl StoreLifecycle for PgStore {
         // be running, so their leases are left to run out (no heartbeat renews them now) and
         // other workers take them over then.
         self.held().clear();
-        self.pool.close().await;
+        if self.owns_pool {
+            self.pool.close().await;
+        }
         Ok(())
     }
 }

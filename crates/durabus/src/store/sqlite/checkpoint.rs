@@ -8,7 +8,6 @@
 //! events in its own transactions, another process): `PRAGMA data_version` changes when another
 //! connection has committed, and a change wakes the dispatcher. That read touches no table.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -38,16 +37,15 @@ fn data_version(conn: &Connection) -> Option<i64> {
 }
 
 pub(super) fn run(
-    path: PathBuf,
+    target: super::Target,
     busy: Duration,
     committed: Arc<AtomicBool>,
     rx: Receiver<Stop>,
     watch: Option<Watch>,
 ) {
-    let conn = match Connection::open_with_flags(
-        &path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    ) {
+    let conn = match target
+        .connect(OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+    {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot open the checkpoint connection: the WAL grows until the store closes, and commits by other connections are found only by polling");
@@ -73,7 +71,9 @@ pub(super) fn run(
                 w.wake.notify_one();
             }
         }
-        if last_checkpoint.elapsed() < PAUSE || !(committed.swap(false, Ordering::AcqRel) || behind)
+        if target.memory
+            || last_checkpoint.elapsed() < PAUSE
+            || !(committed.swap(false, Ordering::AcqRel) || behind)
         {
             continue;
         }

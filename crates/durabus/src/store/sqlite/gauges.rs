@@ -58,15 +58,16 @@ impl SqliteStore {
     /// database).
     pub(super) async fn read_gauges(&self) -> Result<StoreGauges> {
         let prefix = self.sql.prefix.clone();
-        let wal = {
+        // An in-memory database has no WAL: its size is 0.
+        let wal = (!self.target.memory).then(|| {
             let mut p = self.path.clone().into_os_string();
             p.push("-wal");
             std::path::PathBuf::from(p)
-        };
+        });
         self.read(move |c| {
             let mut g = read(c, &prefix)?;
             // No file: nothing written since the last checkpoint truncated it.
-            g.wal_bytes = Some(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+            g.wal_bytes = Some(wal.map_or(0, |wal| std::fs::metadata(&wal).map_or(0, |m| m.len())));
             Ok(g)
         })
         .await

@@ -1,5 +1,5 @@
-//! The SQLite store: a file database in WAL mode, one writer thread with group commit, and a
-//! small pool of read connections. No call blocks the async runtime.
+//! The SQLite store: a file database in WAL mode (or an in-memory one), one writer thread with
+//! group commit, and a small pool of read connections. No call blocks the async runtime.
 
 mod checkpoint;
 mod dead_letters;
@@ -96,10 +96,52 @@ impl Default for SqliteOptions {
     }
 }
 
-/// A [`Store`](crate::Store) on one SQLite file.
+/// Where the store's connections open: a file, or an in-memory database that the store's
+/// connections share by name (SQLite's `memdb` VFS).
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    /// What the connections open: the file, or the `file:/…?vfs=memdb` URI.
+    open: PathBuf,
+    /// Whether it is an in-memory database.
+    memory: bool,
+}
+
+impl Target {
+    fn file(path: &Path) -> Target {
+        Target {
+            open: path.to_path_buf(),
+            memory: false,
+        }
+    }
+
+    fn memory(name: &str) -> Target {
+        Target {
+            open: PathBuf::from(format!("file:/durabus-{name}?vfs=memdb")),
+            memory: true,
+        }
+    }
+
+    /// Opens a connection with `flags` (plus URI parsing for an in-memory database).
+    fn connect(&self, flags: OpenFlags) -> rusqlite::Result<Connection> {
+        let flags = if self.memory {
+            flags | OpenFlags::SQLITE_OPEN_URI
+        } else {
+            flags
+        };
+        Connection::open_with_flags(&self.open, flags)
+    }
+}
+
+/// The longest name of a shared in-memory database.
+const MAX_MEMORY_NAME: usize = 100;
+
+/// A [`Store`](crate::Store) on one SQLite file, or on an in-memory SQLite database (see
+/// [`SqliteStore::in_memory`]).
 #[derive(Debug)]
 pub struct SqliteStore {
+    /// The file, or `:memory:` / `memory:{name}` for an in-memory database.
     path: PathBuf,
+    target: Target,
     options: SqliteOptions,
     sql: Arc<Sql>,
     tx: Mutex<Option<Sender<Msg>>>,
@@ -147,13 +189,63 @@ pub(crate) struct WriteStats {
 
 impl SqliteStore {
     /// Opens (and by default creates) the database at `path`, in WAL mode, migrating its schema.
+    /// The path `:memory:` opens a private in-memory database, like [`in_memory`](Self::in_memory).
     pub async fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
         let path = path.as_ref().to_path_buf();
-        let opts = options.clone();
-        let p = path.clone();
-        tokio::task::spawn_blocking(move || Self::open_blocking(p, opts))
+        if path.to_str() == Some(":memory:") {
+            return SqliteStore::in_memory(options).await;
+        }
+        let target = Target::file(&path);
+        Self::open_target(path, target, options).await
+    }
+
+    /// Opens a private in-memory database: nothing touches the disk, and the data is gone when
+    /// the store closes (or is dropped). Made for tests and throw-away buses; behaviour is the
+    /// file store's, with these differences: there is no WAL (SQLite's in-memory journal
+    /// instead), so a reader waits while the writer holds a transaction rather than reading
+    /// beside it; [`Durability`] does not apply (nothing survives the process); no other
+    /// process, and no connection of the application's own, can open it (so no
+    /// [`Outbox`](crate::Outbox), and the `durabus` CLI cannot inspect it). `options.create`
+    /// must stay `true`.
+    pub async fn in_memory(options: SqliteOptions) -> Result<SqliteStore> {
+        let name = format!("private-{}", crate::EventId::new().0.simple());
+        Self::open_target(PathBuf::from(":memory:"), Target::memory(&name), options).await
+    }
+
+    /// Opens the in-memory database called `name` in this process, creating it if no store
+    /// has it open. Stores opened with one name share one database for as long as any of them
+    /// is open, so a test can stop a bus and start another on the same data (a restart without
+    /// a file). `name` is 1 to 100 letters, digits, `-` or `_`. Otherwise as
+    /// [`in_memory`](Self::in_memory); with `options.create == false` the database must
+    /// already hold durabus's tables.
+    pub async fn shared_memory(name: &str, options: SqliteOptions) -> Result<SqliteStore> {
+        if name.is_empty()
+            || name.len() > MAX_MEMORY_NAME
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(Error::InvalidConfig(format!(
+                "bad in-memory database name {name:?}: use 1 to {MAX_MEMORY_NAME} letters, digits, '-' or '_'"
+            )));
+        }
+        let target = Target::memory(&format!("shared-{name}"));
+        Self::open_target(PathBuf::from(format!("memory:{name}")), target, options).await
+    }
+
+    async fn open_target(
+        path: PathBuf,
+        target: Target,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore> {
+        tokio::task::spawn_blocking(move || Self::open_blocking(path, target, options))
             .await
             .map_err(|e| Error::Internal(format!("opening the SQLite database failed: {e}")))?
+    }
+
+    /// Whether the database is in memory (no file).
+    pub fn is_memory(&self) -> bool {
+        self.target.memory
     }
 
     /// Transactions and requests the writer has committed so far. With many concurrent writers
@@ -170,7 +262,8 @@ impl SqliteStore {
         self.stats.synchronous.load(Ordering::Relaxed)
     }
 
-    /// The database file.
+    /// The database file (`:memory:` for a private in-memory database, `memory:{name}` for a
+    /// shared one).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -245,7 +338,14 @@ impl SqliteStore {
         }
         let pool = self.readers.clone();
         let path = self.path.clone();
-        let busy = self.options.busy_timeout;
+        let target = self.target.clone();
+        // Without WAL a reader waits for the writer's transaction to end; the writer retries
+        // its locks for `lock_timeout`, and so does a reader of an in-memory database.
+        let busy = if target.memory {
+            self.options.lock_timeout
+        } else {
+            self.options.busy_timeout
+        };
         let max = self.options.readers.max(1);
         let slot = self
             .read_slots
@@ -259,11 +359,9 @@ impl SqliteStore {
             let conn = match pooled {
                 Some(c) => c,
                 None => {
-                    let c = Connection::open_with_flags(
-                        &path,
-                        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-                    )
-                    .map_err(|e| open_error(&path, e))?;
+                    let c = target
+                        .connect(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                        .map_err(|e| open_error(&path, e))?;
                     c.busy_timeout(busy)?;
                     c
                 }

@@ -7,12 +7,12 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{ErrorCode, OpenFlags};
 use tokio::sync::Notify;
 
 use super::sql::Sql;
 use super::writer::{Writer, retry_busy};
-use super::{Durability, SqliteOptions, SqliteStore, WriteStats, checkpoint, schema};
+use super::{Durability, SqliteOptions, SqliteStore, Target, WriteStats, checkpoint, schema};
 use crate::error::{Error, ErrorKind, Result};
 
 pub(super) fn display(path: &Path) -> String {
@@ -47,7 +47,11 @@ fn name_the_file(path: &Path, e: Error) -> Error {
 }
 
 impl SqliteStore {
-    pub(super) fn open_blocking(path: PathBuf, options: SqliteOptions) -> Result<SqliteStore> {
+    pub(super) fn open_blocking(
+        path: PathBuf,
+        target: Target,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore> {
         let sql = Arc::new(Sql::new(&options.table_prefix)?);
         if options
             .watch_interval
@@ -57,15 +61,20 @@ impl SqliteStore {
                 "watch_interval must be at least 1 ms (or None to turn it off)".into(),
             ));
         }
-        if path.as_os_str().is_empty() || path.to_str() == Some(":memory:") {
+        if path.as_os_str().is_empty() {
             return Err(Error::InvalidConfig(
-                "the SQLite store needs a file path: WAL mode and durability need a file, not :memory:".into(),
+                "the SQLite store needs a file path (or :memory:)".into(),
             ));
         }
-        if !options.create && !path.exists() {
+        if target.memory && !options.create && path.to_str() == Some(":memory:") {
+            return Err(Error::InvalidConfig(
+                "a private in-memory database is always new: options.create must be true".into(),
+            ));
+        }
+        if !target.memory && !options.create && !path.exists() {
             return Err(Error::DatabaseMissing(display(&path)));
         }
-        if path.is_dir() {
+        if !target.memory && path.is_dir() {
             return Err(Error::NotADatabase {
                 path: display(&path),
                 reason: "it is a directory".into(),
@@ -75,7 +84,7 @@ impl SqliteStore {
         if options.create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
-        let conn = Connection::open_with_flags(&path, flags).map_err(|e| open_error(&path, e))?;
+        let conn = target.connect(flags).map_err(|e| open_error(&path, e))?;
         conn.busy_timeout(options.busy_timeout)
             .map_err(|e| open_error(&path, e))?;
         if !options.create {
@@ -98,14 +107,17 @@ impl SqliteStore {
                 });
             }
         }
+        // An in-memory database has no WAL (it needs shared memory between files): its
+        // journal is kept in memory too.
+        let want = if target.memory { "memory" } else { "wal" };
         let mode: String = retry_busy(options.lock_timeout, || {
-            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            conn.query_row(&format!("PRAGMA journal_mode = {want}"), [], |r| r.get(0))
         })
         .map_err(|e| name_the_file(&path, e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
+        if !mode.eq_ignore_ascii_case(want) {
             return Err(Error::database(
                 ErrorKind::Unsupported,
-                format!("could not switch {} to WAL mode", display(&path)),
+                format!("could not switch {} to {want} journal mode", display(&path)),
                 format!("the journal mode stayed {mode}"),
             ));
         }
@@ -132,7 +144,7 @@ impl SqliteStore {
         stats.synchronous.store(synchronous, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let (checkpoint_tx, checkpoint_rx) = mpsc::channel();
-        let cp_path = path.clone();
+        let cp_target = target.clone();
         let busy = options.busy_timeout;
         let committed = Arc::new(AtomicBool::new(false));
         let flag = committed.clone();
@@ -143,7 +155,7 @@ impl SqliteStore {
         });
         std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(cp_path, busy, flag, checkpoint_rx, watch))
+            .spawn(move || checkpoint::run(cp_target, busy, flag, checkpoint_rx, watch))
             .map_err(|e| Error::Internal(format!("cannot start the checkpoint thread: {e}")))?;
         let writer = Writer {
             conn,
@@ -162,6 +174,7 @@ impl SqliteStore {
         let read_slots = Arc::new(tokio::sync::Semaphore::new(options.readers.max(1)));
         Ok(SqliteStore {
             path,
+            target,
             options,
             sql,
             tx: Mutex::new(Some(tx)),
