@@ -11,6 +11,8 @@
 //!   `/healthz` and `/readyz`.
 //! - `GET /api/v2/openapi.json`: the OpenAPI 3.1 document of all of it, generated from the
 //!   handlers themselves.
+//! - [`dashboard`]: the operators' web dashboard (embedded HTML, CSS and JavaScript) at `/`,
+//!   to merge beside the API: `router(state).merge(dashboard())`.
 //!
 //! Every route but the two health checks needs `Authorization: Bearer <token>`; a read-only
 //! token may call every `GET`, an admin token everything (see [`auth`]). Every error has one
@@ -30,6 +32,7 @@
 //! ```
 
 pub mod auth;
+mod dashboard;
 mod error;
 mod extract;
 mod middleware;
@@ -44,6 +47,7 @@ use axum::http::HeaderValue;
 use durabus::EventBus;
 
 pub use auth::{Caller, Role, Token, TokenError, Tokens};
+pub use dashboard::{CONTENT_SECURITY_POLICY, dashboard};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorObject};
 pub use openapi::openapi;
 
@@ -77,6 +81,7 @@ impl AdminConfig {
 pub struct AdminState {
     bus: EventBus,
     config: Arc<AdminConfig>,
+    overview: routes::OverviewCache,
 }
 
 impl std::fmt::Debug for AdminState {
@@ -94,6 +99,7 @@ impl AdminState {
         AdminState {
             bus,
             config: Arc::new(config),
+            overview: routes::OverviewCache::default(),
         }
     }
 
@@ -105,6 +111,10 @@ impl AdminState {
     /// The settings.
     pub fn config(&self) -> &AdminConfig {
         &self.config
+    }
+
+    pub(crate) fn overview_cache(&self) -> &routes::OverviewCache {
+        &self.overview
     }
 }
 

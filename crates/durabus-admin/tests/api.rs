@@ -749,6 +749,37 @@ async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
     assert_eq!(pay["breaker"]["state"], "closed");
     let (_, stats) = api.get("/api/v2/stats").await;
     assert_eq!(stats["by_type"]["pay.card"]["dlq"], 2, "{stats}");
+    let (s, overview) = api.get("/api/v2/overview").await;
+    assert_eq!(s, StatusCode::OK, "{overview}");
+    assert_eq!(overview["dead_letters_pending"], 2, "{overview}");
+    // Each dead letter announced itself as a `system.dead_letter` event, left pending: this
+    // bus runs no worker loop (each publish's attempt is made inline).
+    let (_, pending) = api
+        .get("/api/v2/events?status=pending&event_type=system.dead_letter")
+        .await;
+    assert_eq!(pending["items"].as_array().unwrap().len(), 2, "{pending}");
+    assert_eq!(overview["pending"], 2, "{overview}");
+    assert_eq!(overview["processing"], 0, "{overview}");
+    let minutes = overview["throughput"].as_array().unwrap();
+    let dead: u64 = minutes.iter().map(|m| m["dead"].as_u64().unwrap()).sum();
+    assert_eq!(dead, 2, "{overview}");
+    // Served from the cache for a few seconds: the same reading, however the clock moved.
+    api.clock.advance(std::time::Duration::from_secs(600));
+    let (_, again) = api.get("/api/v2/overview").await;
+    assert_eq!(again["now"], overview["now"]);
+    let (s, me) = api.get("/api/v2/whoami").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str()),
+        (Some("ops"), Some("admin"))
+    );
+    let (_, me) = api
+        .call(Method::GET, "/api/v2/whoami", Some(READ), None)
+        .await;
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str()),
+        (Some("viewer"), Some("read"))
+    );
     let response = tower::ServiceExt::oneshot(
         api.app.clone(),
         Request::builder()

@@ -74,6 +74,7 @@ macro_rules! all_contract_tests {
             history::publishing_one_id_again_stores_and_delivers_it_once,
             history::history_lists_by_type_status_and_time,
             history::purge_removes_only_done_events_completed_at_or_before_the_cutoff,
+            history::finished_events_are_counted_per_minute,
             store::stats_count_by_status_type_and_retries,
             store::release_returns_claimed_events_without_an_attempt,
             publish::system_types_are_reserved_for_the_bus,

@@ -16,7 +16,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::AdminState;
+
 use crate::error::{ApiError, ErrorBody};
+pub(crate) use system::OverviewCache;
 
 /// Routes that need a token.
 pub(crate) fn protected() -> OpenApiRouter<AdminState> {
@@ -45,6 +47,8 @@ pub(crate) fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(operations::run_job))
         .routes(routes!(system::subscriptions))
         .routes(routes!(system::stats))
+        .routes(routes!(system::overview))
+        .routes(routes!(system::whoami))
         .routes(routes!(system::metrics))
         .routes(routes!(system::openapi_json))
 }

@@ -1,17 +1,22 @@
-//! Health, readiness, subscriptions with their breakers, statistics, `/metrics` and the
-//! OpenAPI document.
+//! Health, readiness, the caller, subscriptions with their breakers, statistics, the
+//! overview, `/metrics` and the OpenAPI document.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use durabus::store::MinuteCount;
+use durabus::telemetry::StoreGauges;
 use durabus::{BreakerSnapshot, StoreStats, Timestamp};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::Errors;
 use crate::AdminState;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 
 /// A health answer.
@@ -98,6 +103,92 @@ pub(crate) async fn subscriptions(
 pub(crate) async fn stats(State(state): State<AdminState>) -> ApiResult<axum::Json<StoreStats>> {
     let store = state.bus().store();
     Ok(axum::Json(StoreStats::collect(store.as_ref()).await?))
+}
+
+/// Who the caller is.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Whoami {
+    /// The token's name (recorded as the actor of this caller's actions).
+    name: String,
+    /// `read` (reads only) or `admin` (reads and actions).
+    role: String,
+}
+
+/// The caller's token name and role (a dashboard shows actions only to an admin token).
+#[utoipa::path(get, path = "/api/v2/whoami", tag = "system",
+    responses((status = 200, body = Whoami), Errors))]
+pub(crate) async fn whoami(Extension(caller): Extension<Caller>) -> axum::Json<Whoami> {
+    axum::Json(Whoami {
+        name: caller.name,
+        role: caller.role.as_str().to_owned(),
+    })
+}
+
+/// How long an overview is served from the cache.
+pub(crate) const OVERVIEW_TTL: Duration = Duration::from_secs(5);
+/// The overview's throughput window.
+const WINDOW_MINUTES: i64 = 60;
+
+/// The figures of a dashboard's front page.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub(crate) struct Overview {
+    /// When the figures were read (the bus's clock).
+    now: Timestamp,
+    /// Events waiting for delivery (due or not).
+    pending: u64,
+    /// Events being delivered.
+    processing: u64,
+    /// Seconds since the earliest due time of a pending event (0 when none is due).
+    oldest_due_age_seconds: f64,
+    /// Open dead letters waiting for an operator or the auto retry.
+    dead_letters_pending: u64,
+    /// Dead letters sent back and not yet delivered.
+    dead_letters_retrying: u64,
+    /// Seconds since the oldest pending dead letter was created (0 when none).
+    oldest_pending_dead_letter_age_seconds: f64,
+    /// Events delivered and dead-lettered per minute over the last hour, oldest first;
+    /// minutes in which nothing ended are left out.
+    throughput: Vec<MinuteCount>,
+}
+
+/// The cached overview.
+pub(crate) type OverviewCache = Arc<std::sync::Mutex<Option<(Instant, Overview)>>>;
+
+/// Depths, ages and the last hour's throughput, read from the store (served from a cache for
+/// 5 s, so many open dashboards cost one read).
+#[utoipa::path(get, path = "/api/v2/overview", tag = "system",
+    responses((status = 200, body = Overview), Errors))]
+pub(crate) async fn overview(State(state): State<AdminState>) -> ApiResult<axum::Json<Overview>> {
+    let cached = state
+        .overview_cache()
+        .lock()
+        .ok()
+        .and_then(|c| c.clone())
+        .filter(|(at, _)| at.elapsed() < OVERVIEW_TTL);
+    if let Some((_, o)) = cached {
+        return Ok(axum::Json(o));
+    }
+    let store = state.bus().store();
+    let now = state.bus().clock().now();
+    let g = store.gauges(now).await?;
+    let since = Timestamp(now.as_millis() - WINDOW_MINUTES * 60_000);
+    let overview = Overview {
+        now,
+        pending: g.pending,
+        processing: g.processing,
+        oldest_due_age_seconds: StoreGauges::age(g.oldest_due_at, now),
+        dead_letters_pending: g.dead_letters_pending,
+        dead_letters_retrying: g.dead_letters_retrying,
+        oldest_pending_dead_letter_age_seconds: StoreGauges::age(
+            g.oldest_pending_dead_letter_at,
+            now,
+        ),
+        throughput: store.finished_per_minute(since).await?,
+    };
+    if let Ok(mut c) = state.overview_cache().lock() {
+        *c = Some((Instant::now(), overview.clone()));
+    }
+    Ok(axum::Json(overview))
 }
 
 /// The Prometheus text of the bus's metrics (every name is listed in the operations guide).

@@ -1,4 +1,5 @@
-//! `durabus serve`: the admin HTTP API over a database, beside the application's workers.
+//! `durabus serve`: the admin HTTP API and the web dashboard (at `/`) over a database, beside
+//! the application's workers.
 //!
 //! The bus it runs delivers nothing (`deliver(false)`): it runs the maintenance jobs and the
 //! durable operations (bulk actions, replays) and answers the API. Tokens come from the
@@ -100,11 +101,12 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     println!(
-        "durabus admin API on http://{addr} ({}); GET /api/v2/openapi.json lists the routes",
+        "durabus admin API and dashboard on http://{addr} ({}); GET /api/v2/openapi.json lists the routes",
         db.display()
     );
     tracing::info!(%addr, "serving the admin API");
-    let app = durabus_admin::router(AdminState::new(bus.clone(), config));
+    let app = durabus_admin::router(AdminState::new(bus.clone(), config))
+        .merge(durabus_admin::dashboard());
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(stop_signal())
         .await;

@@ -41,8 +41,8 @@ pub mod sqlite;
 mod types;
 
 pub use types::{
-    EventQuery, InsertMode, JobRow, JobStart, Outcome, Position, RetryCount, StatusCount,
-    SubscriptionRow,
+    EventQuery, InsertMode, JobRow, JobStart, MinuteCount, Outcome, Position, RetryCount,
+    StatusCount, SubscriptionRow,
 };
 
 pub(crate) mod sealed {
@@ -219,6 +219,13 @@ pub trait QueryStore: sealed::Sealed + Send + Sync + 'static {
     /// The gauges of the metrics (depths and ages), each from an indexed query: cheap enough
     /// for a scrape, never a scan of the event table.
     async fn gauges(&self, now: Timestamp) -> Result<crate::telemetry::StoreGauges>;
+
+    /// Events delivered and dead-lettered per minute since `since` (rounded down to its
+    /// minute), oldest first; minutes in which nothing ended are left out. On PostgreSQL the
+    /// delivered count reads an index of the event log; on SQLite it scans the history in the
+    /// events table (keep it purged, see [`History::purge`](crate::History::purge)), so callers
+    /// cache it (the admin API does, for 5 s).
+    async fn finished_per_minute(&self, since: Timestamp) -> Result<Vec<MinuteCount>>;
 
     /// The upper bound of a walk over events frozen now: the highest position there is, up
     /// to `now` (see [`Position`]). Events stored later are never in the walk.

@@ -111,6 +111,41 @@ pub struct StatusCount {
     pub count: u64,
 }
 
+/// Events that ended in one minute: delivered, and dead-lettered (first deaths; a dead letter
+/// sent back that dies again is counted when it first died).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MinuteCount {
+    /// The minute's start.
+    pub minute: Timestamp,
+    /// Events delivered (`done`) in it.
+    pub done: u64,
+    /// Events that became dead letters in it.
+    pub dead: u64,
+}
+
+impl MinuteCount {
+    /// Merges per-minute counts of delivered and of dead-lettered events (minute index,
+    /// count), each in any order, into one list, oldest minute first.
+    pub(crate) fn merge(done: Vec<(i64, u64)>, dead: Vec<(i64, u64)>) -> Vec<MinuteCount> {
+        let mut by_minute = std::collections::BTreeMap::<i64, (u64, u64)>::new();
+        for (m, n) in done {
+            by_minute.entry(m).or_default().0 += n;
+        }
+        for (m, n) in dead {
+            by_minute.entry(m).or_default().1 += n;
+        }
+        by_minute
+            .into_iter()
+            .map(|(m, (done, dead))| MinuteCount {
+                minute: Timestamp(m.saturating_mul(60_000)),
+                done,
+                dead,
+            })
+            .collect()
+    }
+}
+
 /// Events counted by status and retry count.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -173,3 +173,62 @@ pub async fn purge_removes_only_done_events_completed_at_or_before_the_cutoff(h:
     assert!(bus.store().get_event(dead).await.unwrap().is_some());
     bus.shutdown().await.unwrap();
 }
+
+pub async fn finished_events_are_counted_per_minute(h: &Harness) {
+    let bus = h.bus().await;
+    bus.subscribe(
+        "m.*",
+        |e: Event| async move {
+            if e.event_type == "m.bad" {
+                Err("refused".into())
+            } else {
+                Ok(())
+            }
+        },
+        SubscribeOptions::default().retry(durabus::RetryOverride::default().max_retries(0)),
+    )
+    .await
+    .unwrap();
+    let start = h.clock.now();
+    let store = bus.store();
+    assert!(store.finished_per_minute(start).await.unwrap().is_empty());
+    // Minute 0: three delivered. Minute 2: one delivered, one dead.
+    let mut first = Vec::new();
+    for i in 0..3 {
+        first.push(bus.publish("m.ok", &i).await.unwrap());
+    }
+    for id in first {
+        wait_status(&bus, id, EventStatus::Done).await;
+    }
+    h.advance(Duration::from_secs(150));
+    bus.publish("m.ok", &3).await.unwrap();
+    let dead = bus.publish("m.bad", &4).await.unwrap();
+    wait_status(&bus, dead, EventStatus::Dlq).await;
+    let minute = |offset_min: i64| durabus::Timestamp(start.as_millis() + offset_min * 60_000);
+    // The dead-letter record is written with the outcome: wait for it too.
+    eventually("the dead-letter record", || async {
+        let dead: u64 = store
+            .finished_per_minute(start)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| m.dead)
+            .sum();
+        (dead == 1).then_some(())
+    })
+    .await;
+    let all = store.finished_per_minute(start).await.unwrap();
+    let shape: Vec<_> = all.iter().map(|m| (m.minute, m.done, m.dead)).collect();
+    assert_eq!(shape, vec![(minute(0), 3, 0), (minute(2), 1, 1)]);
+    // `since` is rounded down to its minute; earlier minutes are left out.
+    let later = store
+        .finished_per_minute(durabus::Timestamp(start.as_millis() + 61_000))
+        .await
+        .unwrap();
+    assert_eq!(later.len(), 1);
+    assert_eq!(
+        (later[0].minute, later[0].done, later[0].dead),
+        (minute(2), 1, 1)
+    );
+    bus.shutdown().await.unwrap();
+}

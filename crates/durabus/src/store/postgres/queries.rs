@@ -9,7 +9,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{Event, EventId};
 use crate::replay::ReplaySelection;
-use crate::store::{EventQuery, Position, QueryStore, RetryCount, StatusCount};
+use crate::store::{EventQuery, MinuteCount, Position, QueryStore, RetryCount, StatusCount};
 
 #[async_trait]
 impl QueryStore for PgStore {
@@ -90,6 +90,32 @@ impl QueryStore for PgStore {
 
     async fn gauges(&self, now: Timestamp) -> Result<crate::telemetry::StoreGauges> {
         self.read_gauges(now).await
+    }
+
+    async fn finished_per_minute(&self, since: Timestamp) -> Result<Vec<MinuteCount>> {
+        self.check()?;
+        let s = &self.sql.schema;
+        let from = since.as_millis().div_euclid(60_000) * 60_000;
+        let per_minute = async |sql: String| -> Result<Vec<(i64, u64)>> {
+            let rows = q(&sql).bind(from).fetch_all(&self.pool).await?;
+            rows.iter()
+                .map(|r| {
+                    let n: i64 = r.try_get(1)?;
+                    Ok((r.try_get(0)?, u64::try_from(n).unwrap_or(0)))
+                })
+                .collect()
+        };
+        let done = per_minute(format!(
+            "SELECT (updated_at / 60000)::bigint, count(*) FROM {s}.event_log \
+             WHERE status = 'done' AND updated_at >= $1 GROUP BY 1"
+        ))
+        .await?;
+        let dead = per_minute(format!(
+            "SELECT (created_at / 60000)::bigint, count(*) FROM {s}.dead_letters \
+             WHERE created_at >= $1 GROUP BY 1"
+        ))
+        .await?;
+        Ok(MinuteCount::merge(done, dead))
     }
 
     async fn walk_bound(&self, now: Timestamp) -> Result<Position> {

@@ -12,7 +12,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{Event, EventId};
 use crate::replay::ReplaySelection;
-use crate::store::{EventQuery, Position, QueryStore, RetryCount, StatusCount};
+use crate::store::{EventQuery, MinuteCount, Position, QueryStore, RetryCount, StatusCount};
 
 struct PurgeHistory {
     cutoff: Timestamp,
@@ -109,6 +109,31 @@ impl QueryStore for SqliteStore {
 
     async fn gauges(&self, _now: Timestamp) -> Result<crate::telemetry::StoreGauges> {
         self.read_gauges().await
+    }
+
+    async fn finished_per_minute(&self, since: Timestamp) -> Result<Vec<MinuteCount>> {
+        let p = self.sql.prefix.clone();
+        let from = since.as_millis().div_euclid(60_000) * 60_000;
+        let (done, dead) = self
+            .read(move |c| {
+                let per_minute = |sql: String| -> rusqlite::Result<Vec<(i64, u64)>> {
+                    c.prepare_cached(&sql)?
+                        .query_map([from], |r| Ok((r.get(0)?, r.get(1)?)))?
+                        .collect()
+                };
+                Ok((
+                    per_minute(format!(
+                        "SELECT updated_at / 60000, count(*) FROM {p}events \
+                         WHERE status = 'done' AND updated_at >= ?1 GROUP BY 1"
+                    ))?,
+                    per_minute(format!(
+                        "SELECT created_at / 60000, count(*) FROM {p}dead_letters \
+                         WHERE created_at >= ?1 GROUP BY 1"
+                    ))?,
+                ))
+            })
+            .await?;
+        Ok(MinuteCount::merge(done, dead))
     }
 
     async fn walk_bound(&self, _now: Timestamp) -> Result<Position> {

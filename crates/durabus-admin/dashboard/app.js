@@ -1,0 +1,653 @@
+// The durabus dashboard: a small single-page app over the admin API. Everything it shows is
+// put on the page as text (textContent, never innerHTML), so a payload or an error message can
+// never become markup. The page's Content-Security-Policy forbids inline scripts as well.
+'use strict';
+
+const TOKEN_KEY = 'durabus.token';
+const REFRESH_MS = 5000;
+const state = {
+  token: sessionStorage.getItem(TOKEN_KEY), role: null, name: null, timer: null,
+  // Dead letters selected in the table: refreshing pauses while there are any.
+  selected: new Set(),
+};
+
+// ---- small DOM helpers ------------------------------------------------------------------
+
+/** Makes an element; `children` may be strings (set as text) or nodes. */
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === 'class') e.className = v;
+    else if (k === 'text') e.textContent = v;
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c === undefined || c === null || c === false) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+/** Replaces `target`'s children (arrays flattened; null, undefined and false left out). */
+function fill(target, ...children) {
+  target.replaceChildren(...children.flat(Infinity)
+    .filter((c) => c !== undefined && c !== null && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  return e;
+}
+
+const $ = (sel) => document.querySelector(sel);
+const view = () => $('#view');
+const isAdmin = () => state.role === 'admin';
+
+function badge(status) {
+  return el('span', { class: `status ${status}`, text: status });
+}
+
+function when(ts) {
+  if (!ts) return '—';
+  const d = new Date(ts);
+  return Number.isNaN(d.getTime()) ? String(ts) : d.toLocaleString();
+}
+
+function age(seconds) {
+  if (!seconds) return '—';
+  if (seconds < 120) return `${Math.round(seconds)} s`;
+  if (seconds < 7200) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86400).toFixed(1)} d`;
+}
+
+function pretty(value) {
+  try { return JSON.stringify(value, null, 2); } catch (_) { return String(value); }
+}
+
+function banner(message, kind) {
+  const b = $('#banner');
+  if (!message) { b.hidden = true; return; }
+  b.textContent = message;
+  b.className = kind || '';
+  b.hidden = false;
+}
+
+function table(headers, rows, empty) {
+  const body = el('tbody');
+  for (const r of rows) body.append(r);
+  if (!rows.length) {
+    body.append(el('tr', {}, el('td', { colspan: headers.length, class: 'muted', text: empty || 'Nothing here.' })));
+  }
+  return el('table', {}, el('thead', {}, el('tr', {}, headers.map((h) => el('th', {}, h)))), body);
+}
+
+// ---- the API ----------------------------------------------------------------------------
+
+class ApiError extends Error {
+  constructor(status, code, message) { super(message); this.status = status; this.code = code; }
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${state.token}` };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  if (res.status === 401) {
+    signOut('The token was refused: sign in again.');
+    throw new ApiError(401, 'unauthorized', 'unauthorized');
+  }
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (_) { data = text; }
+  if (!res.ok) {
+    const err = data && data.error ? data.error : { code: 'http_' + res.status, message: text };
+    throw new ApiError(res.status, err.code, err.message);
+  }
+  return data;
+}
+
+const get = (path) => api('GET', path);
+const post = (path, body) => api('POST', path, body === undefined ? {} : body);
+
+/** Runs an action, showing its error in the banner; returns its result or undefined. */
+async function attempt(fn) {
+  try {
+    const out = await fn();
+    banner('');
+    return out;
+  } catch (e) {
+    if (e.status !== 401) banner(e.message || String(e));
+    return undefined;
+  }
+}
+
+// ---- auth -------------------------------------------------------------------------------
+
+function signOut(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = null;
+  state.role = null;
+  stopRefresh();
+  $('#nav').hidden = true;
+  $('#logout').hidden = true;
+  $('#who').textContent = '';
+  fill(view());
+  $('#login').hidden = false;
+  const err = $('#login-error');
+  err.textContent = message || '';
+  err.hidden = !message;
+  $('#token').value = '';
+  $('#token').focus();
+}
+
+async function signIn(token) {
+  state.token = token;
+  try {
+    const me = await get('/api/v2/whoami');
+    state.role = me.role;
+    state.name = me.name;
+  } catch (e) {
+    if (e.status !== 401) signOut(e.message || 'The server did not answer.');
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, token);
+  $('#login').hidden = true;
+  $('#login-error').hidden = true;
+  $('#nav').hidden = false;
+  $('#logout').hidden = false;
+  $('#who').textContent = `${state.name} (${state.role === 'admin' ? 'admin' : 'read-only'})`;
+  route();
+}
+
+// ---- routing ----------------------------------------------------------------------------
+
+function parseHash() {
+  const raw = location.hash.replace(/^#\/?/, '');
+  const [path, query] = raw.split('?');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  return { parts, params: new URLSearchParams(query || '') };
+}
+
+function go(path, params) {
+  const q = params ? new URLSearchParams([...params].filter(([, v]) => v !== '' && v != null)).toString() : '';
+  location.hash = '#/' + path + (q ? '?' + q : '');
+}
+
+function stopRefresh() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+}
+
+/** Refreshes `render` every few seconds while `paused()` says no. */
+function refreshing(render, paused) {
+  stopRefresh();
+  state.timer = setInterval(() => {
+    if (document.hidden || (paused && paused())) return;
+    render(true);
+  }, REFRESH_MS);
+}
+
+async function route() {
+  if (!state.token) return;
+  stopRefresh();
+  banner('');
+  state.selected.clear();
+  bulkInProgress = false;
+  const { parts, params } = parseHash();
+  const name = parts[0] || 'overview';
+  for (const a of document.querySelectorAll('#nav a')) {
+    a.classList.toggle('active', a.dataset.view === name);
+  }
+  const views = {
+    overview: () => overview(),
+    'dead-letters': () => (parts[1] ? deadLetter(parts[1]) : deadLetters(params)),
+    groups: () => groups(),
+    events: () => (parts[1] ? eventDetail(parts[1]) : events(params)),
+    replay: () => replay(),
+    operations: () => operations(),
+  };
+  await (views[name] || views.overview)();
+}
+
+// ---- overview ---------------------------------------------------------------------------
+
+function card(label, value, id) {
+  return el('div', { class: 'card', 'data-card': id }, el('div', { class: 'label', text: label }), el('div', { class: 'value', text: value }));
+}
+
+function chart(minutes, now) {
+  const width = 1240;
+  const height = 180;
+  const pad = 28;
+  const end = Math.floor(new Date(now).getTime() / 60000);
+  const done = new Array(60).fill(0);
+  const dead = new Array(60).fill(0);
+  for (const m of minutes) {
+    const i = 59 - (end - Math.floor(new Date(m.minute).getTime() / 60000));
+    if (i >= 0 && i < 60) { done[i] = m.done; dead[i] = m.dead; }
+  }
+  const max = Math.max(1, ...done.map((d, i) => d + dead[i]));
+  const s = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img', 'aria-label': 'Events finished per minute, last hour' });
+  const bw = (width - pad) / 60;
+  for (let i = 0; i < 60; i++) {
+    const x = pad + i * bw;
+    const hDone = ((height - 20) * done[i]) / max;
+    const hDead = ((height - 20) * dead[i]) / max;
+    if (done[i]) s.append(svg('rect', { x, y: height - 14 - hDone - hDead, width: Math.max(1, bw - 1), height: hDone, fill: '#1e7f4f' }));
+    if (dead[i]) s.append(svg('rect', { x, y: height - 14 - hDead, width: Math.max(1, bw - 1), height: hDead, fill: '#b42318' }));
+  }
+  s.append(svg('line', { x1: pad, y1: height - 14, x2: width, y2: height - 14, stroke: '#c9ced8' }));
+  const top = svg('text', { x: 0, y: 12, 'font-size': 11, fill: '#667085' });
+  top.textContent = String(max);
+  const left = svg('text', { x: pad, y: height - 2, 'font-size': 11, fill: '#667085' });
+  left.textContent = '-60 min';
+  const right = svg('text', { x: width - 30, y: height - 2, 'font-size': 11, fill: '#667085' });
+  right.textContent = 'now';
+  s.append(top, left, right);
+  const totalDone = done.reduce((a, b) => a + b, 0);
+  const totalDead = dead.reduce((a, b) => a + b, 0);
+  const rate = totalDone + totalDead ? ((100 * totalDead) / (totalDone + totalDead)).toFixed(1) : '0.0';
+  return el('div', { class: 'chart' }, s,
+    el('div', { class: 'legend' },
+      el('span', { class: 'done', text: `■ delivered ${totalDone}` }), '  ',
+      el('span', { class: 'dead', text: `■ dead-lettered ${totalDead}` }), '  ',
+      `failure rate ${rate} % (events per minute, last hour)`));
+}
+
+async function overview(quiet) {
+  const data = await attempt(() => Promise.all([
+    get('/api/v2/stats'), get('/api/v2/overview'), get('/api/v2/subscriptions'), get('/api/v2/jobs'),
+  ]));
+  if (!data) return;
+  const [stats, o, subs, jobs] = data;
+  const s = stats.by_status;
+  const subRows = subs.map((x) => el('tr', {},
+    el('td', {}, x.name || x.id), el('td', {}, x.event_type),
+    el('td', {}, x.breaker ? badge(x.breaker.state) : el('span', { class: 'muted', text: x.in_this_process ? 'closed' : 'in the worker process' })),
+    el('td', {}, x.breaker ? `${(x.breaker.failure_rate * 100).toFixed(0)} % of ${x.breaker.samples}` : '—')));
+  const jobRows = jobs.map((j) => el('tr', {},
+    el('td', {}, j.name), el('td', {}, j.schedule),
+    el('td', {}, j.last && j.last.last_status ? badge(j.last.last_status) : '—'),
+    el('td', {}, when(j.last && j.last.last_finished_at)), el('td', {}, j.enabled ? when(j.next_run) : 'disabled')));
+  fill(view(),
+    el('h1', { text: 'Overview' }),
+    el('div', { class: 'cards' },
+      card('Pending', s.pending, 'pending'), card('Processing', s.processing, 'processing'),
+      card('Done', s.done, 'done'), card('Dead letters (events)', s.dlq, 'dlq'),
+      card('Oldest due event', age(o.oldest_due_age_seconds), 'oldest-due'),
+      card('Dead letters pending', o.dead_letters_pending, 'dl-pending'),
+      card('Dead letters retrying', o.dead_letters_retrying, 'dl-retrying'),
+      card('Oldest pending dead letter', age(o.oldest_pending_dead_letter_age_seconds), 'dl-oldest')),
+    el('h2', { text: 'Throughput, last hour' }), chart(o.throughput, o.now),
+    el('h2', { text: 'Subscriptions and circuit breakers' }),
+    table(['Subscription', 'Pattern', 'Breaker', 'Failures'], subRows, 'No subscriptions stored.'),
+    el('h2', { text: 'Scheduled jobs' }),
+    table(['Job', 'Schedule', 'Last run', 'Finished', 'Next run'], jobRows),
+    el('p', { class: 'muted', text: `Read at ${when(o.now)}; refreshes every ${REFRESH_MS / 1000} s.` }));
+  if (!quiet) refreshing(overview);
+}
+
+// ---- dead letters -----------------------------------------------------------------------
+
+const DL_FILTERS = ['status', 'event_type', 'group', 'from', 'to'];
+
+function filterForm(params, fields, onSubmit) {
+  const inputs = {};
+  const form = el('form', { class: 'filters' });
+  for (const f of fields) {
+    let input;
+    if (f.options) {
+      input = el('select', { name: f.name }, el('option', { value: '', text: 'any' }), f.options.map((o) => el('option', { value: o, text: o })));
+    } else {
+      input = el('input', { name: f.name, type: f.type || 'text', placeholder: f.placeholder || '' });
+    }
+    const v = params.get(f.name) || '';
+    input.value = f.type === 'datetime-local' && v ? toLocalInput(v) : v;
+    inputs[f.name] = input;
+    form.append(el('label', {}, f.label, input));
+  }
+  form.append(el('button', { type: 'submit', class: 'primary', text: 'Apply' }));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const out = new URLSearchParams();
+    for (const f of fields) {
+      let v = inputs[f.name].value.trim();
+      if (v && f.type === 'datetime-local') v = new Date(v).toISOString();
+      if (v) out.set(f.name, v);
+    }
+    onSubmit(out);
+  });
+  return form;
+}
+
+function toLocalInput(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+}
+
+/** The dead-letter filter of `params` as the bulk API's filter body. */
+function bulkFilter(params) {
+  return {
+    status: params.get('status') ? params.get('status').split(',') : [],
+    event_type: params.get('event_type') || null,
+    group: params.get('group') || null,
+    from: params.get('from') || null,
+    to: params.get('to') || null,
+  };
+}
+
+async function deadLetters(params, quiet) {
+  const q = new URLSearchParams();
+  for (const k of [...DL_FILTERS, 'before']) if (params.get(k)) q.set(k, params.get(k));
+  q.set('limit', '50');
+  const load = () => attempt(() => get('/api/v2/dead-letters?' + q));
+  const page = await load();
+  if (!page) return;
+  const selected = state.selected;
+  const selectionBar = el('div', { class: 'actions' });
+  const updateSelection = () => {
+    fill(selectionBar);
+    if (!isAdmin() || !selected.size) return;
+    selectionBar.append(
+      el('span', { text: `${selected.size} selected` }),
+      el('button', { text: 'Retry selected', onclick: () => actOnMany([...selected], 'retry') }),
+      el('button', { class: 'danger', text: 'Abandon selected', onclick: () => actOnMany([...selected], 'abandon') }),
+      el('button', { text: 'Clear selection', onclick: () => { selected.clear(); for (const c of document.querySelectorAll('input.pick')) c.checked = false; updateSelection(); } }));
+  };
+  const listing = (pg) => {
+    const rows = pg.items.map((d) => el('tr', { 'data-id': d.event_id },
+      isAdmin() ? el('td', {}, el('input', { type: 'checkbox', class: 'pick', 'aria-label': 'select', onchange: (ev) => { if (ev.target.checked) selected.add(d.event_id); else selected.delete(d.event_id); updateSelection(); } })) : null,
+      el('td', {}, el('a', { href: `#/dead-letters/${encodeURIComponent(d.event_id)}`, text: when(d.created_at) })),
+      el('td', {}, d.type), el('td', {}, d.subscription || '—'), el('td', {}, badge(d.status)),
+      el('td', {}, String(d.rounds)), el('td', { class: 'err', title: d.last_error }, d.last_error),
+      isAdmin() ? el('td', {}, d.status === 'pending' ? el('button', { text: 'Retry', class: 'retry', onclick: () => actOnMany([d.event_id], 'retry') }) : '') : null));
+    const headers = [isAdmin() ? '' : null, 'Created', 'Type', 'Subscription', 'Status', 'Rounds', 'Last error', isAdmin() ? '' : null].filter((h) => h !== null);
+    const pager = el('div', { class: 'pager' },
+      params.get('before') ? el('button', { text: '« Newest', onclick: () => { params.delete('before'); go('dead-letters', params); } }) : null,
+      pg.next != null ? el('button', { text: 'Older »', onclick: () => { params.set('before', pg.next); go('dead-letters', params); } }) : null);
+    return [table(headers, rows, 'No dead letters match.'), pager];
+  };
+  const list = el('div', { class: 'listing' }, listing(page));
+  // After a bulk action the list is read again in place (the operation's result stays shown).
+  const reload = async () => {
+    const pg = await load();
+    if (pg) { selected.clear(); updateSelection(); fill(list, listing(pg)); }
+  };
+  fill(view(),
+    el('h1', { text: 'Dead letters' }),
+    filterForm(params, [
+      { name: 'status', label: 'Status', options: ['pending', 'retrying', 'resolved', 'abandoned'] },
+      { name: 'event_type', label: 'Type (glob)', placeholder: 'order.*' },
+      { name: 'group', label: 'Group', placeholder: 'fingerprint' },
+      { name: 'from', label: 'From', type: 'datetime-local' },
+      { name: 'to', label: 'To', type: 'datetime-local' },
+    ], (p) => go('dead-letters', p)),
+    selectionBar,
+    list,
+    isAdmin() ? bulkPanel(params, reload) : null);
+  if (!quiet) refreshing((q2) => deadLetters(parseHash().params, q2), () => selected.size > 0 || bulkBusy());
+}
+
+let bulkInProgress = false;
+const bulkBusy = () => bulkInProgress;
+
+async function actOnMany(ids, action) {
+  for (const id of ids) {
+    const ok = await attempt(() => post(`/api/v2/dead-letters/${encodeURIComponent(id)}/${action}`));
+    if (ok === undefined) break;
+  }
+  route();
+}
+
+function bulkPanel(params, reload) {
+  const action = el('select', { name: 'bulk-action' }, ['retry', 'resolve', 'abandon', 'purge'].map((a) => el('option', { value: a, text: a })));
+  const note = el('input', { name: 'bulk-note', placeholder: 'note (required to resolve)' });
+  const out = el('div', { class: 'bulk-result' });
+  const filter = bulkFilter(params);
+  const empty = !filter.status.length && !filter.event_type && !filter.group && !filter.from && !filter.to;
+  const preview = async () => {
+    bulkInProgress = true;
+    const p = await attempt(() => post('/api/v2/dead-letters/bulk/preview', { filter }));
+    if (!p) { bulkInProgress = false; return; }
+    const confirm = el('button', { class: 'primary', text: `Confirm: ${action.value} ${p.count} dead letters`, onclick: async () => {
+      confirm.disabled = true;
+      const op = await attempt(() => post('/api/v2/dead-letters/bulk', { action: action.value, note: note.value.trim() || null, filter, all: empty }));
+      if (!op) { confirm.disabled = false; return; }
+      follow(op.id, out, () => {
+        reload();
+        out.append(el('button', { text: 'Close', onclick: () => { bulkInProgress = false; route(); } }));
+      });
+    } });
+    fill(out,
+      el('p', { class: 'preview-count', text: `${p.count} dead letters match this filter${empty ? ' (every dead letter)' : ''}. Samples:` }),
+      el('ul', {}, p.samples.map((d) => el('li', {}, `${d.type}: ${d.last_error}`))),
+      el('div', { class: 'actions' }, confirm, el('button', { text: 'Cancel', onclick: () => { bulkInProgress = false; fill(out); } })));
+  };
+  return el('div', { class: 'panel' },
+    el('h2', { text: 'Bulk action on everything matching this filter' }),
+    el('div', { class: 'actions' }, action, note, el('button', { text: 'Preview', class: 'bulk-preview', onclick: preview })),
+    out);
+}
+
+/** Follows an operation's progress in `out` until it ends. */
+function follow(id, out, done, path) {
+  const url = path || `/api/v2/operations/${encodeURIComponent(id)}`;
+  const show = async () => {
+    const data = await attempt(() => get(url));
+    if (!data) return true;
+    const op = data.operation || data;
+    const bar = el('progress', { max: Math.max(op.total, 1), value: op.processed + op.skipped });
+    const cancel = isAdmin() && (op.status === 'running' || op.status === 'pending')
+      ? el('button', { class: 'danger', text: 'Cancel', onclick: () => attempt(() => post(path ? `${url}/cancel` : `/api/v2/operations/${encodeURIComponent(id)}/cancel`)) })
+      : null;
+    fill(out, el('div', { class: 'operation', 'data-status': op.status },
+      el('p', {}, 'Operation ', el('code', { text: op.id }), ' ', badge(op.status)),
+      bar, ` ${op.processed} processed, ${op.skipped} skipped, ${op.errors} errors of ${op.total}`,
+      op.last_error ? el('p', { class: 'error', text: op.last_error }) : null, cancel));
+    return ['completed', 'failed', 'cancelled'].includes(op.status);
+  };
+  const tick = async () => {
+    if (await show()) { if (done) done(); return; }
+    setTimeout(tick, 500);
+  };
+  tick();
+}
+
+async function deadLetter(id) {
+  const d = await attempt(() => get(`/api/v2/dead-letters/${encodeURIComponent(id)}`));
+  if (!d) return;
+  const note = el('textarea', { name: 'note', placeholder: 'What was done (required to resolve)' });
+  const actions = isAdmin() && (d.status === 'pending' || d.status === 'retrying')
+    ? el('div', { class: 'panel' },
+      el('h2', { text: 'Actions' }),
+      note,
+      el('div', { class: 'actions' },
+        el('button', { class: 'primary', text: 'Retry', onclick: () => act('retry') }),
+        el('button', { text: 'Resolve', onclick: () => {
+          if (!note.value.trim()) { banner('A note is required to resolve a dead letter.'); return; }
+          act('resolve', { note: note.value.trim() });
+        } }),
+        el('button', { class: 'danger', text: 'Abandon', onclick: () => act('abandon', { note: note.value.trim() || null }) })))
+    : null;
+  async function act(action, body) {
+    const r = await attempt(() => post(`/api/v2/dead-letters/${encodeURIComponent(id)}/${action}`, body));
+    if (r) { banner(`Dead letter ${action === 'retry' ? 'sent back for delivery' : action + 'd'}.`, 'info'); deadLetter(id); }
+  }
+  const rounds = (d.error_history || []).map((r) => el('div', { class: 'round panel' },
+    el('strong', { text: `Round ${r.round}` }), ` ended ${when(r.failed_at)}`, r.retried_by ? ` (sent back by ${r.retried_by})` : '',
+    el('ol', {}, r.errors.map((e) => el('li', { text: e }))),
+    r.causes && r.causes.length ? el('p', { class: 'muted', text: 'Caused by: ' + r.causes.join(' ← ') }) : null));
+  fill(view(),
+    el('p', {}, el('a', { href: '#/dead-letters', text: '← Dead letters' })),
+    el('h1', {}, 'Dead letter ', el('code', { text: d.event_id }), ' ', badge(d.status)),
+    el('dl', { class: 'fields' }, [
+      ['Type', d.type], ['Subscription', d.subscription || '—'], ['Last error', d.last_error],
+      ['Group', el('a', { href: `#/dead-letters?group=${encodeURIComponent(d.fingerprint)}`, text: d.fingerprint })],
+      ['Attempts', d.attempts], ['Created', when(d.created_at)], ['Updated', when(d.updated_at)],
+      ['Auto retries', `${d.auto_retry_count} (next ${when(d.next_auto_retry_at)})`],
+      ['Manual retries', d.manual_retry_count], ['Last retry', d.last_retry_at ? `${when(d.last_retry_at)} by ${d.last_retry_by}` : '—'],
+      ['Resolved', d.resolved_at ? `${when(d.resolved_at)} by ${d.resolved_by}` : '—'], ['Note', d.resolution_note || '—'],
+      ['Event', el('a', { href: `#/events/${encodeURIComponent(d.event_id)}`, text: 'history and payload snapshots' })],
+    ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)])),
+    actions,
+    el('h2', { text: 'Payload' }), el('pre', { class: 'payload', text: pretty(d.payload) }),
+    el('h2', { text: 'Error history' }), rounds.length ? rounds : el('p', { class: 'muted', text: 'No rounds recorded.' }));
+}
+
+// ---- groups -----------------------------------------------------------------------------
+
+async function groups(quiet) {
+  const gs = await attempt(() => get('/api/v2/dead-letter-groups?limit=200'));
+  if (!gs) return;
+  const rows = gs.map((g) => el('tr', { 'data-group': g.fingerprint },
+    el('td', {}, el('a', { href: `#/dead-letters?group=${encodeURIComponent(g.fingerprint)}`, text: g.signature || g.fingerprint })),
+    el('td', {}, String(g.count)), el('td', {}, String(g.open)), el('td', {}, (g.event_types || []).join(', ')),
+    el('td', {}, g.subscription || '—'), el('td', {}, when(g.first_seen)), el('td', {}, when(g.last_seen)),
+    el('td', { class: 'err', title: g.sample_error }, g.sample_error)));
+  fill(view(),
+    el('h1', { text: 'Failure groups' }),
+    el('p', { class: 'muted', text: 'Dead letters gathered by the shape of their failure (the error with ids, numbers and times taken out). Click a group for its dead letters.' }),
+    table(['Group', 'Dead letters', 'Open', 'Types', 'Subscription', 'First seen', 'Last seen', 'Sample error'], rows, 'No failure groups.'));
+  if (!quiet) refreshing(groups);
+}
+
+// ---- events -----------------------------------------------------------------------------
+
+async function events(params, quiet) {
+  const q = new URLSearchParams();
+  for (const k of ['status', 'event_type', 'from', 'to', 'offset']) if (params.get(k)) q.set(k, params.get(k));
+  q.set('limit', '50');
+  const page = await attempt(() => get('/api/v2/events?' + q));
+  if (!page) return;
+  const rows = page.items.map((e) => el('tr', {},
+    el('td', {}, el('a', { href: `#/events/${encodeURIComponent(e.id)}`, text: when(e.created_at) })),
+    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.retry_count)), el('td', {}, when(e.updated_at))));
+  const offset = Number(params.get('offset') || 0);
+  fill(view(),
+    el('h1', { text: 'Events' }),
+    filterForm(params, [
+      { name: 'status', label: 'Status', options: ['pending', 'processing', 'done', 'dlq'] },
+      { name: 'event_type', label: 'Type', placeholder: 'order.created' },
+      { name: 'from', label: 'From', type: 'datetime-local' },
+      { name: 'to', label: 'To', type: 'datetime-local' },
+    ], (p) => go('events', p)),
+    table(['Created', 'Type', 'Status', 'Retries', 'Updated'], rows, 'No events match.'),
+    el('div', { class: 'pager' },
+      offset > 0 ? el('button', { text: '« Newer', onclick: () => { params.set('offset', Math.max(0, offset - 50)); go('events', params); } }) : null,
+      page.next_offset != null ? el('button', { text: 'Older »', onclick: () => { params.set('offset', page.next_offset); go('events', params); } }) : null));
+  if (!quiet) refreshing((q2) => events(parseHash().params, q2));
+}
+
+async function eventDetail(id) {
+  const e = await attempt(() => get(`/api/v2/events/${encodeURIComponent(id)}`));
+  if (!e) return;
+  const snaps = (await attempt(() => get(`/api/v2/events/${encodeURIComponent(id)}/payloads`))) || [];
+  const snapViews = snaps.map((s) => el('div', { class: 'panel snapshot' },
+    el('strong', { text: s.stage }), ` ${when(s.created_at)} — ${s.size_original} bytes (${s.size_compressed} compressed)`,
+    s.contains_media ? ' · media' : '', s.contains_base64 ? ' · base64' : '',
+    s.deleted ? el('p', { class: 'muted', text: `Deleted ${when(s.deleted.deleted_at)} by ${s.deleted.deleted_by}: ${s.deleted.reason}` }) : el('pre', { text: pretty(s.payload) })));
+  fill(view(),
+    el('p', {}, el('a', { href: '#/events', text: '← Events' })),
+    el('h1', {}, 'Event ', el('code', { text: e.id }), ' ', badge(e.status)),
+    el('dl', { class: 'fields' }, [
+      ['Type', e.type], ['Created', when(e.created_at)], ['Updated', when(e.updated_at)],
+      ['Retries', e.retry_count], ['Next attempt', when(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
+      ['Times dead-lettered', e.dlq_count], ['Metadata', pretty(e.metadata)],
+    ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, String(v))])),
+    el('h2', { text: 'Payload' }), el('pre', { class: 'payload', text: pretty(e.payload) }),
+    (e.errors || []).length ? [el('h2', { text: 'Errors' }), el('ol', {}, e.errors.map((x) => el('li', { text: x })))] : null,
+    el('h2', { text: 'Payload snapshots by stage' }), snapViews.length ? snapViews : el('p', { class: 'muted', text: 'No snapshots stored for this event.' }));
+}
+
+// ---- replay -----------------------------------------------------------------------------
+
+function replay() {
+  const from = el('input', { type: 'datetime-local', name: 'from' });
+  const to = el('input', { type: 'datetime-local', name: 'to' });
+  const types = el('input', { name: 'types', placeholder: 'order.*, user.created' });
+  const rate = el('input', { name: 'rate', type: 'number', min: 1, placeholder: '2000' });
+  const statuses = ['pending', 'processing', 'done', 'dlq'].map((s) => el('label', {}, s, el('input', { type: 'checkbox', value: s, class: 'replay-status' })));
+  const out = el('div', { class: 'replay-result' });
+  const body = (mode) => {
+    const b = { mode };
+    if (from.value) b.from = new Date(from.value).toISOString(); else b.all = true;
+    if (to.value) b.to = new Date(to.value).toISOString();
+    b.types = types.value.split(',').map((t) => t.trim()).filter(Boolean);
+    b.statuses = [...document.querySelectorAll('.replay-status:checked')].map((c) => c.value);
+    if (rate.value) b.rate_limit = Number(rate.value);
+    return b;
+  };
+  const check = async (mode) => {
+    const r = await attempt(() => post('/api/v2/replay', body(mode)));
+    if (!r) return;
+    const p = r.preview || r.dry_run;
+    fill(out, el('div', { class: 'panel' },
+      el('p', { class: 'replay-count', text: `${mode === 'preview' ? 'Preview' : 'Dry run'}: ${p.count} events` + (r.dry_run ? ` would be replayed (${r.dry_run.skipped} skipped, ${r.dry_run.duration_ms} ms)` : ' selected') }),
+      el('ul', {}, Object.entries(p.by_type).map(([t, n]) => el('li', { text: `${t}: ${n}` }))),
+      el('h2', { text: 'First events' }),
+      el('ul', {}, (p.samples || []).map((s) => el('li', { text: `${s.type} ${s.id || s.event_id || ''}` })))));
+  };
+  const run = async () => {
+    const op = await attempt(() => post('/api/v2/replay', body('run')));
+    if (op) follow(op.id, out, null, `/api/v2/replay/${encodeURIComponent(op.id)}`);
+  };
+  fill(view(),
+    el('h1', { text: 'Replay' }),
+    el('p', { class: 'muted', text: 'Republish stored events as new events (new ids, linked to the original) to today\'s subscribers. Preview and dry run change nothing.' }),
+    el('form', { class: 'filters', onsubmit: (ev) => ev.preventDefault() },
+      el('label', {}, 'From (empty: all history)', from), el('label', {}, 'To', to),
+      el('label', {}, 'Types', types), el('label', {}, 'Events per second', rate), statuses),
+    el('div', { class: 'actions' },
+      el('button', { text: 'Preview', class: 'replay-preview', onclick: () => check('preview') }),
+      el('button', { text: 'Dry run', class: 'replay-dry', onclick: () => check('dry_run') }),
+      isAdmin() ? el('button', { class: 'primary replay-run', text: 'Run replay', onclick: run }) : null),
+    out);
+}
+
+// ---- operations and jobs ----------------------------------------------------------------
+
+async function operations(quiet) {
+  const data = await attempt(() => Promise.all([get('/api/v2/operations?limit=50'), get('/api/v2/jobs')]));
+  if (!data) return;
+  const [ops, jobs] = data;
+  const opRows = ops.map((o) => el('tr', { 'data-op': o.id },
+    el('td', {}, el('code', { text: o.id })), el('td', {}, o.kind), el('td', {}, badge(o.status)),
+    el('td', {}, el('progress', { max: Math.max(o.total, 1), value: o.processed + o.skipped }), ` ${o.processed + o.skipped}/${o.total}`),
+    el('td', {}, o.actor ? o.actor.name : '—'), el('td', {}, when(o.created_at)),
+    el('td', {}, isAdmin() && (o.status === 'running' || o.status === 'pending')
+      ? el('button', { class: 'danger', text: 'Cancel', onclick: async () => { await attempt(() => post(`/api/v2/operations/${encodeURIComponent(o.id)}/cancel`)); operations(true); } })
+      : '')));
+  const jobRows = jobs.map((j) => el('tr', {},
+    el('td', {}, j.name), el('td', {}, j.schedule), el('td', {}, j.enabled ? 'yes' : 'no'),
+    el('td', {}, j.last && j.last.last_status ? badge(j.last.last_status) : '—'),
+    el('td', { class: 'err' }, (j.last && j.last.last_message) || ''), el('td', {}, when(j.next_run)),
+    el('td', {}, isAdmin() ? el('button', { text: 'Run now', onclick: async () => {
+      const r = await attempt(() => post(`/api/v2/jobs/${encodeURIComponent(j.name)}/run`));
+      if (r) { banner(`${r.name}: ${r.status} — ${r.message}`, 'info'); operations(true); }
+    } }) : '')));
+  fill(view(),
+    el('h1', { text: 'Operations' }),
+    table(['Id', 'Kind', 'Status', 'Progress', 'By', 'Created', ''], opRows, 'No operations yet.'),
+    el('h2', { text: 'Scheduled jobs' }),
+    table(['Job', 'Schedule', 'Enabled', 'Last run', 'Said', 'Next run', ''], jobRows));
+  if (!quiet) refreshing(operations);
+}
+
+// ---- start ------------------------------------------------------------------------------
+
+document.addEventListener('DOMContentLoaded', () => {
+  $('#login-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const t = $('#token').value.trim();
+    if (t) signIn(t);
+  });
+  $('#logout').addEventListener('click', () => signOut(''));
+  window.addEventListener('hashchange', route);
+  if (state.token) signIn(state.token); else signOut('');
+});

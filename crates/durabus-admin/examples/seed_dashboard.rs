@@ -1,0 +1,121 @@
+//! Fills a database with what an operator's dashboard shows: delivered events, dead letters in
+//! two failure groups (one of them carrying a payload that looks like HTML), a payload snapshot
+//! per event. The dashboard's browser tests and screenshots run `durabus serve` on it.
+//!
+//! `cargo run -p durabus-admin --example seed_dashboard -- path/to/seed.db` (an SQLite path, or
+//! a `postgres://` URL and a schema name; the database or schema must be new).
+
+use std::time::Duration;
+
+use durabus::ops::ConfigInput;
+use durabus::{Actor, ActorKind, Event, EventBus, RetryOverride, SubscribeOptions};
+
+/// Delivered events.
+const SHIPPED: u64 = 40;
+/// Dead letters of the card group (one more carries the HTML-looking payload).
+const CARD: u64 = 6;
+/// Dead letters of the bank group.
+const BANK: u64 = 4;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let target = std::env::args()
+        .nth(1)
+        .ok_or("usage: seed_dashboard <sqlite path | postgres:// URL>")?;
+    let builder = match std::env::args().nth(2) {
+        Some(schema) => EventBus::builder().postgres_with(
+            &target,
+            durabus::PgOptions {
+                schema,
+                ..durabus::PgOptions::default()
+            },
+        ),
+        None => EventBus::builder().database(&target),
+    };
+    let bus = builder
+        .payload_snapshots(true)
+        // Every payment fails here: keep the breaker from holding the later ones back.
+        .breaker(durabus::BreakerConfig {
+            min_samples: 1_000,
+            ..durabus::BreakerConfig::default()
+        })
+        .build()
+        .await?;
+    let seeder = Actor::new("seed", ActorKind::Cli);
+    let every_stage = ConfigInput {
+        stages: vec!["*".into()],
+        retention_days: 14,
+        redact: Vec::new(),
+        redact_before_store: false,
+    };
+    bus.payloads().set_config("*", every_stage, &seeder).await?;
+    bus.subscribe(
+        "ship.*",
+        |_e: Event| async move { Ok(()) },
+        SubscribeOptions::default().name("shipping"),
+    )
+    .await?;
+    bus.subscribe(
+        "pay.*",
+        |e: Event| async move {
+            let order = e.payload::<serde_json::Value>()?["order"].clone();
+            if e.event_type == "pay.bank" {
+                Err(format!("bank gateway timed out after 30s (order {order})").into())
+            } else {
+                Err(format!("card declined by issuer: insufficient funds (order {order})").into())
+            }
+        },
+        SubscribeOptions::default()
+            .name("payments")
+            .retry(RetryOverride::default().max_retries(0)),
+    )
+    .await?;
+    for order in 0..SHIPPED {
+        bus.publish(
+            "ship.created",
+            &serde_json::json!({ "order": order, "carrier": "DHL" }),
+        )
+        .await?;
+    }
+    for order in 0..CARD {
+        bus.publish(
+            "pay.card",
+            &serde_json::json!({ "order": 100 + order, "amount": 4200 }),
+        )
+        .await?;
+    }
+    bus.publish(
+        "pay.card",
+        &serde_json::json!({ "order": 999, "note": "<img src=x onerror=alert(1)>" }),
+    )
+    .await?;
+    for order in 0..BANK {
+        bus.publish(
+            "pay.bank",
+            &serde_json::json!({ "order": 200 + order, "iban": "DE02…" }),
+        )
+        .await?;
+    }
+    // The dead-letter records are written with the outcomes, just after the publishes return.
+    let want = CARD + 1 + BANK;
+    let mut dead = 0;
+    for _ in 0..1_000 {
+        dead = durabus::StoreStats::collect(bus.store().as_ref())
+            .await?
+            .by_status
+            .dlq;
+        if dead == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if dead != want {
+        return Err(format!("only {dead} of {want} payments reached the dead-letter queue").into());
+    }
+    bus.shutdown().await?;
+    println!(
+        "seeded {target}: {SHIPPED} delivered, {} dead letters in 2 groups",
+        want
+    );
+    Ok(())
+}

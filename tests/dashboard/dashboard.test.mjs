@@ -1,0 +1,239 @@
+// Browser tests of the durabus dashboard, run by scripts/dashboard-test against `durabus serve`
+// over a database seeded by the seed_dashboard example. Each test saves a screenshot.
+import { mkdirSync } from 'node:fs';
+import assert from 'node:assert/strict';
+import { chromium } from 'playwright-core';
+
+const { DASH_URL, DASH_ADMIN, DASH_READ, CHROMIUM, SHOTS } = process.env;
+for (const [k, v] of Object.entries({ DASH_URL, DASH_ADMIN, DASH_READ, CHROMIUM, SHOTS })) {
+  if (!v) throw new Error(`${k} is not set (run scripts/dashboard-test)`);
+}
+mkdirSync(SHOTS, { recursive: true });
+
+const browser = await chromium.launch({
+  executablePath: CHROMIUM,
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-quic'],
+});
+
+async function api(method, path, token = DASH_ADMIN, body) {
+  const res = await fetch(DASH_URL + path, {
+    method,
+    headers: { Authorization: `Bearer ${token}`, ...(body ? { 'Content-Type': 'application/json' } : {}) },
+    body: body ? JSON.stringify(body) : undefined,
+  });
+  return { status: res.status, body: await res.json() };
+}
+const get = async (path, token) => (await api('GET', path, token)).body;
+
+/** A new tab (its own session storage), signed in with `token` unless it is null. */
+async function open(token) {
+  const context = await browser.newContext({ viewport: { width: 1360, height: 900 } });
+  const page = await context.newPage();
+  const dialogs = [];
+  const problems = [];
+  page.on('dialog', async (d) => { dialogs.push(d.message()); await d.dismiss(); });
+  page.on('pageerror', (e) => problems.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+  await page.goto(DASH_URL + '/');
+  if (token) {
+    await page.fill('#token', token);
+    await page.click('#login-form button');
+    await page.waitForSelector('#nav:not([hidden])');
+  }
+  return { page, dialogs, problems, close: () => context.close() };
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: `${SHOTS}/${name}.png`, fullPage: true });
+}
+
+const tests = [];
+const test = (name, fn) => tests.push({ name, fn });
+
+test('the page forbids inline scripts and serves its assets from itself', async () => {
+  const res = await fetch(DASH_URL + '/');
+  const csp = res.headers.get('content-security-policy') || '';
+  assert.match(csp, /script-src 'self'/);
+  assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
+  const html = await res.text();
+  assert.doesNotMatch(html, /<script>(?!<\/script>)/, 'an inline script');
+  assert.doesNotMatch(html, /https?:\/\//, 'an asset from elsewhere');
+});
+
+test('a wrong token shows the prompt again, with the reason', async () => {
+  const t = await open(null);
+  await t.page.fill('#token', 'not-a-token-of-this-server');
+  await t.page.click('#login-form button');
+  await t.page.waitForSelector('#login-error:not([hidden])');
+  assert.match(await t.page.textContent('#login-error'), /refused/);
+  assert.equal(await t.page.isVisible('#login'), true);
+  assert.equal(await t.page.isVisible('#nav'), false);
+  await shot(t.page, 'login');
+  await t.close();
+});
+
+test('the overview shows the seeded counts, the chart and the breakers', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.waitForSelector('[data-card=pending] .value');
+  const stats = await get('/api/v2/stats');
+  const overview = await get('/api/v2/overview');
+  const card = async (id) => (await t.page.textContent(`[data-card=${id}] .value`)).trim();
+  assert.equal(await card('done'), String(stats.by_status.done));
+  assert.equal(await card('dlq'), String(stats.by_status.dlq));
+  assert.equal(await card('pending'), String(stats.by_status.pending));
+  assert.equal(await card('dl-pending'), String(overview.dead_letters_pending));
+  assert.ok(stats.by_status.done >= 40 && stats.by_status.dlq >= 11, JSON.stringify(stats.by_status));
+  assert.ok((await t.page.$$('.chart svg rect')).length >= 1, 'the chart has bars');
+  assert.match(await t.page.textContent('.legend'), /delivered \d+/);
+  assert.match(await t.page.textContent('main'), /payments/);
+  await shot(t.page, 'overview');
+  assert.deepEqual(t.problems, []);
+  await t.close();
+});
+
+test('the groups view lists the seeded failure groups and leads to their dead letters', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(DASH_URL + '/#/groups');
+  await t.page.waitForSelector('tr[data-group]');
+  const groups = await get('/api/v2/dead-letter-groups');
+  assert.equal(groups.length, 2, JSON.stringify(groups));
+  assert.equal((await t.page.$$('tr[data-group]')).length, groups.length);
+  const text = await t.page.textContent('main');
+  assert.match(text, /card declined/);
+  assert.match(text, /bank gateway timed out/);
+  await shot(t.page, 'groups');
+  const first = groups[0];
+  await t.page.click(`tr[data-group="${first.fingerprint}"] a`);
+  await t.page.waitForFunction((fp) => location.hash.includes(`group=${fp}`), first.fingerprint);
+  await t.page.waitForSelector('tr[data-id]');
+  assert.equal((await t.page.$$('tr[data-id]')).length, first.count);
+  await t.close();
+});
+
+async function xssLetter() {
+  const page = await get('/api/v2/dead-letters?event_type=pay.card&limit=100');
+  for (const d of page.items) {
+    const full = await get(`/api/v2/dead-letters/${d.event_id}`);
+    if (full.payload && full.payload.note) return full;
+  }
+  throw new Error('the seeded HTML-looking payload is missing');
+}
+
+test('a payload that looks like HTML is shown as text and runs nothing', async () => {
+  const d = await xssLetter();
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters/${d.event_id}`);
+  await t.page.waitForSelector('pre.payload');
+  assert.match(await t.page.textContent('pre.payload'), /<img src=x onerror=alert\(1\)>/);
+  assert.equal((await t.page.$$('main img')).length, 0, 'the payload became an element');
+  assert.match(await t.page.textContent('main'), /Round 1/);
+  await t.page.waitForTimeout(300);
+  assert.deepEqual(t.dialogs, [], 'a dialog fired');
+  await shot(t.page, 'dead-letter');
+  assert.deepEqual(t.problems, []);
+  await t.close();
+});
+
+test('resolving without a note is refused and changes nothing', async () => {
+  const d = await xssLetter();
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters/${d.event_id}`);
+  await t.page.waitForSelector('text=Resolve');
+  await t.page.click('button:text-is("Resolve")');
+  await t.page.waitForSelector('#banner:not([hidden])');
+  assert.match(await t.page.textContent('#banner'), /note is required/);
+  assert.equal((await get(`/api/v2/dead-letters/${d.event_id}`)).status, 'pending');
+  // The server refuses it too, whatever the page does.
+  const refused = await api('POST', `/api/v2/dead-letters/${d.event_id}/resolve`, DASH_ADMIN, { note: '' });
+  assert.equal(refused.status, 422);
+  await t.close();
+});
+
+test('retrying a dead letter from the table moves it out of the pending list', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters?status=pending&event_type=pay.card`);
+  await t.page.waitForSelector('tr[data-id] button.retry');
+  const before = (await t.page.$$('tr[data-id]')).length;
+  const id = await t.page.getAttribute('tr[data-id]:has(button.retry) >> nth=0', 'data-id');
+  await t.page.click(`tr[data-id="${id}"] button.retry`);
+  await t.page.waitForSelector(`tr[data-id="${id}"]`, { state: 'detached' });
+  assert.equal((await t.page.$$('tr[data-id]')).length, before - 1);
+  assert.equal((await get(`/api/v2/dead-letters/${id}`)).status, 'retrying');
+  await shot(t.page, 'dead-letters');
+  await t.close();
+});
+
+test('a bulk retry by filter shows the preview count, then the operation completes', async () => {
+  const pending = await get('/api/v2/dead-letters?status=pending&event_type=pay.bank');
+  const n = pending.items.length;
+  assert.ok(n >= 1);
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters?status=pending&event_type=pay.bank`);
+  await t.page.waitForSelector('button.bulk-preview');
+  await t.page.selectOption('select[name=bulk-action]', 'retry');
+  await t.page.click('button.bulk-preview');
+  await t.page.waitForSelector('.preview-count');
+  assert.match(await t.page.textContent('.preview-count'), new RegExp(`^${n} dead letters match`));
+  await t.page.click(`button:text-is("Confirm: retry ${n} dead letters")`);
+  await t.page.waitForSelector('.operation[data-status=completed]', { timeout: 15000 });
+  assert.match(await t.page.textContent('.operation'), new RegExp(`${n} processed`));
+  // The list is read again: none of the retried dead letters is pending any more.
+  await t.page.waitForFunction(() => document.querySelectorAll('tr[data-id]').length === 0);
+  assert.match(await t.page.textContent('.listing'), /No dead letters match/);
+  await shot(t.page, 'bulk-retry');
+  const after = await get('/api/v2/dead-letters?status=pending&event_type=pay.bank');
+  assert.equal(after.items.length, 0);
+  await t.close();
+});
+
+test('a read-only token sees no action buttons', async () => {
+  const t = await open(DASH_READ);
+  assert.match(await t.page.textContent('#who'), /read-only/);
+  await t.page.goto(`${DASH_URL}/#/dead-letters`);
+  await t.page.waitForSelector('tr[data-id]');
+  assert.equal((await t.page.$$('input.pick')).length, 0);
+  assert.equal((await t.page.$$('button.retry')).length, 0);
+  assert.equal((await t.page.$$('button.bulk-preview')).length, 0);
+  const d = await xssLetter();
+  await t.page.goto(`${DASH_URL}/#/dead-letters/${d.event_id}`);
+  await t.page.waitForSelector('pre.payload');
+  assert.equal((await t.page.$$('button:text-is("Retry"), button:text-is("Resolve"), button:text-is("Abandon")')).length, 0);
+  await t.page.goto(`${DASH_URL}/#/operations`);
+  await t.page.waitForSelector('h1:text-is("Operations")');
+  assert.equal((await t.page.$$('button:text-is("Run now")')).length, 0);
+  await shot(t.page, 'read-only');
+  await t.close();
+});
+
+test('events, their payload snapshots and a replay preview', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/events?event_type=ship.created`);
+  await t.page.waitForSelector('main table a');
+  await t.page.click('main table a >> nth=0');
+  await t.page.waitForSelector('pre.payload');
+  await t.page.waitForSelector('.snapshot');
+  assert.match(await t.page.textContent('.snapshot'), /published/);
+  await t.page.goto(`${DASH_URL}/#/replay`);
+  await t.page.fill('input[name=types]', 'ship.*');
+  await t.page.click('button.replay-preview');
+  await t.page.waitForSelector('.replay-count');
+  assert.match(await t.page.textContent('.replay-count'), /Preview: 40 events/);
+  await shot(t.page, 'replay');
+  await t.close();
+});
+
+let failed = 0;
+for (const { name, fn } of tests) {
+  try {
+    await fn();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}\n     ${e && e.stack ? e.stack.split('\n').slice(0, 4).join('\n     ') : e}`);
+  }
+}
+await browser.close();
+console.log(`${tests.length - failed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
