@@ -97,6 +97,7 @@ macro_rules! all_contract_tests {
             payloads::configuration_is_per_type_with_a_default,
             payloads::automatic_snapshots_follow_the_configuration,
             payloads::a_soft_delete_clears_the_bytes_and_keeps_the_audit,
+            payloads::published_snapshots_outlive_their_events_and_expire,
             payloads::operators_see_redacted_payloads_and_handlers_the_original,
             payloads::retention_deletes_snapshots_past_their_types_days,
             replay::a_time_range_replay_republishes_new_events_that_reach_handlers,

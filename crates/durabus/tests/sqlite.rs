@@ -948,3 +948,57 @@ async fn readers_of_a_memory_database_wait_out_the_writer() {
     assert_eq!(count(&store).await, 10_000);
     store.close().await.unwrap();
 }
+
+/// A `published` snapshot of a payload as published is a mark on the event's row, not a
+/// second copy of the payload: no snapshot row is written with the publish; one is written,
+/// compressed, when the event's row is purged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_snapshot_shares_the_events_payload_until_the_row_goes() {
+    let (_dir, path) = temp();
+    let bus = EventBus::builder()
+        .database(path.to_str().unwrap())
+        .payload_snapshots(true)
+        .build()
+        .await
+        .unwrap();
+    bus.subscribe(
+        "ship.*",
+        |_e: durabus::Event| async { Ok(()) },
+        durabus::SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let id = bus
+        .publish("ship.created", &serde_json::json!({"order": 7}))
+        .await
+        .unwrap();
+    let rows = |path: &std::path::Path| -> (i64, i64) {
+        let conn = Connection::open(path).unwrap();
+        let snapshots: i64 = conn
+            .query_row("SELECT count(*) FROM durabus_event_payloads", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let marked: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM durabus_events WHERE published_snapshot IS NOT NULL",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (snapshots, marked)
+    };
+    for _ in 0..500 {
+        if bus.store().get_event(id).await.unwrap().unwrap().status == durabus::EventStatus::Done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(rows(&path), (0, 1), "a mark, no copy");
+    let seen = bus.payloads().get(id, "published").await.unwrap();
+    assert_eq!(seen.payload.as_deref(), Some(r#"{"order":7}"#));
+    assert_eq!(bus.history().purge(Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(rows(&path), (1, 0), "a compressed row of its own");
+    assert_eq!(bus.payloads().get(id, "published").await.unwrap(), seen);
+    bus.shutdown().await.unwrap();
+}

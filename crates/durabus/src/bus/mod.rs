@@ -24,7 +24,7 @@ use crate::handler::{Handler, SubscribeOptions, Subscription};
 use crate::metrics::MetricsSnapshot;
 use crate::ops::payloads::ConfigSource;
 use crate::pattern::Pattern;
-use crate::payload::{NewSnapshot, STAGE_PUBLISHED};
+use crate::payload::NewSnapshot;
 use crate::shutdown::Supervisor;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::store::Backend;
@@ -154,8 +154,10 @@ impl EventBus {
         crate::Payloads::with_source(self.store(), self.clock(), self.inner.payloads.clone())
     }
 
-    /// The `published` snapshots of `events`, when automatic snapshots are on. Compression
-    /// runs here, on the caller's task, not on the store's writer.
+    /// The `published` snapshots of `events`, when automatic snapshots are on. A snapshot of
+    /// the payload as published is [shared](NewSnapshot::shared) with the event's row where the
+    /// store allows it; a redacted one is compressed here, on the caller's task, not on the
+    /// store's writer.
     fn published_snapshots(
         &self,
         events: &[NewEvent],
@@ -167,10 +169,9 @@ impl EventBus {
         let set = self.dispatcher().payload_configs().get();
         let mut out = Vec::new();
         for e in events {
-            if let Some(s) = crate::payload::snapshot(
+            if let Some(s) = crate::payload::published_snapshot(
                 e.id,
                 &e.event_type,
-                STAGE_PUBLISHED,
                 &e.payload,
                 set.resolve(&e.event_type),
                 now,

@@ -298,6 +298,19 @@ impl Payloads {
                 None => break,
             }
         }
+        // Snapshots a store keeps as a mark on their event's row (SQLite's `published` ones).
+        let mut position = 0;
+        loop {
+            let (n, next) = self
+                .store
+                .payload_expire_shared(&retention, position, CLEANUP_CHUNK)
+                .await?;
+            expired += n;
+            match next {
+                Some(p) => position = p,
+                None => break,
+            }
+        }
         let cutoff = now.minus(audit_retention);
         let mut audits = 0;
         loop {

@@ -154,12 +154,17 @@ pub fn detect(payload: &str) -> ContentFlags {
 /// a backslash is always parsed. Most payloads have none of these and are not parsed at all (a
 /// byte scan instead of building a JSON tree per snapshot).
 fn may_flag(text: &[u8]) -> bool {
-    const MEDIA: [&[u8]; 4] = [b"image/", b"audio/", b"video/", b"application/pdf"];
-    if text.contains(&b'\\') {
-        return true;
-    }
+    // One pass: a counter for the base64 run; each media type ends its prefix with `/` and
+    // `;base64,` starts with `;`, so only those two bytes look around them.
     let mut run = 0usize;
-    for &c in text {
+    for (i, &c) in text.iter().enumerate() {
+        match c {
+            b'\\' => return true,
+            // `/` is also in the base64 alphabet: counted in the run below.
+            b'/' if media_prefix_ends_at(text, i) => return true,
+            b';' if text[i..].starts_with(b";base64,") => return true,
+            _ => {}
+        }
         if b64_char(c) {
             run += 1;
             if run >= MIN_BASE64_RUN {
@@ -169,15 +174,28 @@ fn may_flag(text: &[u8]) -> bool {
             run = 0;
         }
     }
-    text.windows(8).any(|w| w == b";base64,")
-        || MEDIA
-            .iter()
-            .any(|m| text.windows(m.len()).any(|w| w.eq_ignore_ascii_case(m)))
+    false
+}
+
+/// Whether the `/` at `slash` ends `image/`, `audio/`, `video/` or starts the `/pdf` of
+/// `application/pdf` (any case).
+fn media_prefix_ends_at(text: &[u8], slash: usize) -> bool {
+    let before = |word: &[u8]| {
+        slash >= word.len() && text[slash - word.len()..slash].eq_ignore_ascii_case(word)
+    };
+    before(b"image")
+        || before(b"audio")
+        || before(b"video")
+        || (before(b"application")
+            && text
+                .get(slash + 1..slash + 4)
+                .is_some_and(|w| w.eq_ignore_ascii_case(b"pdf")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy;
     use serde_json::json;
 
     const B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
@@ -204,6 +222,83 @@ mod tests {
             r#"{"order_id": 7, "customer": "customer-0001-with-a-reasonably-long-identifier"}"#;
         assert!(!may_flag(plain.as_bytes()));
         assert_eq!(detect(plain), ContentFlags::default());
+    }
+
+    /// The scan as first written (a pass per rule): the one-pass scan must agree with it.
+    fn may_flag_by_rule(text: &[u8]) -> bool {
+        const MEDIA: [&[u8]; 4] = [b"image/", b"audio/", b"video/", b"application/pdf"];
+        let mut run = 0usize;
+        let mut long_run = false;
+        for &c in text {
+            run = if b64_char(c) { run + 1 } else { 0 };
+            long_run |= run >= MIN_BASE64_RUN;
+        }
+        text.contains(&b'\\')
+            || long_run
+            || text.windows(8).any(|w| w == b";base64,")
+            || MEDIA
+                .iter()
+                .any(|m| text.windows(m.len()).any(|w| w.eq_ignore_ascii_case(m)))
+    }
+
+    #[test]
+    fn the_one_pass_scan_agrees_with_the_rules_at_every_edge() {
+        let edges = [
+            "image/",
+            "IMAGE/png",
+            "xaudio/",
+            "Video/",
+            "application/pdf",
+            "APPLICATION/PDF",
+            "application/pd",
+            "application/",
+            "/pdf",
+            "image",
+            "/image/",
+            ";base64,",
+            ";base64",
+            "base64,",
+            "\\",
+            "data:;base64,",
+        ];
+        let run = |n: usize| "aB3".repeat(n / 3 + 1)[..n].to_owned();
+        let mut texts: Vec<String> = Vec::new();
+        for e in edges {
+            for (pre, post) in [("", ""), ("{\"k\": \"", "\"}"), ("xx ", " yy")] {
+                texts.push(format!("{pre}{e}{post}"));
+            }
+        }
+        for n in [62, 63, 64, 65] {
+            texts.push(run(n));
+            texts.push(format!("\"{}\" {}", run(n), run(10)));
+            texts.push(format!("{}/{}", run(n / 2), run(n / 2)));
+        }
+        for t in &texts {
+            assert_eq!(
+                may_flag(t.as_bytes()),
+                may_flag_by_rule(t.as_bytes()),
+                "{t:?}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_one_pass_scan_agrees_with_the_rules(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    "[a-zA-Z0-9+/=_ ;:,\\\\-]{0,80}",
+                    proptest::sample::select(vec![
+                        "image/", "Audio/", "video/", "application/pdf", "application/",
+                        "pdf", ";base64,", "\\", "/",
+                    ]).prop_map(str::to_owned),
+                ],
+                0..8,
+            )
+        ) {
+            let text = parts.concat();
+            proptest::prop_assert_eq!(may_flag(text.as_bytes()), may_flag_by_rule(text.as_bytes()));
+        }
     }
 
     #[test]

@@ -308,6 +308,52 @@ pub struct NewSnapshot {
     pub flags: ContentFlags,
     /// When it was taken.
     pub created_at: Timestamp,
+    /// The snapshot is the event's own payload as it is published (stage `published`, not
+    /// redacted before storing): `blob` is empty and `flags` unset. A store may keep it as a
+    /// reference to the event's stored payload instead of a second copy (SQLite does, and
+    /// compresses it into a row of its own only when the event's row is deleted); a store that
+    /// copies it fills it in first with [`NewSnapshot::fill`].
+    pub shared: bool,
+}
+
+impl NewSnapshot {
+    /// Compresses `text` (the event's payload) into this snapshot and sets its size and content
+    /// flags: a shared snapshot becomes an ordinary one.
+    pub fn fill(&mut self, text: &str) -> Result<()> {
+        self.blob = compress::gzip(text.as_bytes())?;
+        self.size_original = text.len() as u64;
+        self.flags = detect::detect(text);
+        self.shared = false;
+        Ok(())
+    }
+}
+
+/// The `published` snapshot of an event's payload `text`, as `config` says: `None` when the
+/// stage is not stored; redacted and compressed when the type redacts before storing; else a
+/// [shared](NewSnapshot::shared) snapshot (nothing compressed on the publishing task).
+pub fn published_snapshot(
+    event_id: EventId,
+    event_type: &str,
+    text: &str,
+    config: &Resolved,
+    now: Timestamp,
+) -> Result<Option<NewSnapshot>> {
+    if config.redact_before_store {
+        return snapshot(event_id, event_type, STAGE_PUBLISHED, text, config, now);
+    }
+    if !config.stores(STAGE_PUBLISHED) {
+        return Ok(None);
+    }
+    Ok(Some(NewSnapshot {
+        event_id,
+        event_type: event_type.to_owned(),
+        stage: STAGE_PUBLISHED.to_owned(),
+        blob: Vec::new(),
+        size_original: text.len() as u64,
+        flags: ContentFlags::default(),
+        created_at: now,
+        shared: true,
+    }))
 }
 
 /// Makes the snapshot of `text` (JSON) for `event_id` at `stage`, as `config` says: `None`
@@ -323,10 +369,10 @@ pub fn snapshot(
     if !config.stores(stage) {
         return Ok(None);
     }
-    let kept = if config.redact_before_store {
-        config.redact_stage(stage, text)
+    let kept: std::borrow::Cow<'_, str> = if config.redact_before_store {
+        config.redact_stage(stage, text).into()
     } else {
-        text.to_owned()
+        text.into()
     };
     Ok(Some(NewSnapshot {
         event_id,
@@ -336,6 +382,7 @@ pub fn snapshot(
         size_original: kept.len() as u64,
         flags: detect::detect(&kept),
         created_at: now,
+        shared: false,
     }))
 }
 

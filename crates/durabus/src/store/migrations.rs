@@ -33,6 +33,7 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(2, "sqlite", "0002_dead_letters.sql", "dead_letters"),
     migration!(3, "sqlite", "0003_payloads.sql", "payloads"),
     migration!(4, "sqlite", "0004_replay.sql", "replay"),
+    migration!(5, "sqlite", "0005_shared_snapshots.sql", "shared_snapshots"),
 ];
 
 /// The PostgreSQL store's migrations, in order.

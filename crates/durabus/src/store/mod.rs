@@ -179,6 +179,19 @@ pub trait PayloadStore: sealed::Sealed + Send + Sync + 'static {
     /// Deletes at most `limit` soft-deleted audit rows deleted at or before `cutoff`. Returns
     /// how many.
     async fn payload_purge_deleted(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
+
+    /// Retention of [shared](crate::payload::NewSnapshot::shared) snapshots, one chunk: looks
+    /// at the events after store position `after` (0 to start), at most `scan`, and forgets the
+    /// shared snapshots past their type's cutoff. Returns how many it forgot and where to go on
+    /// (`None` at the end). A store that copies every snapshot into a row of its own has none.
+    async fn payload_expire_shared(
+        &self,
+        _retention: &Retention,
+        _after: i64,
+        _scan: usize,
+    ) -> Result<(u64, Option<i64>)> {
+        Ok((0, None))
+    }
 }
 
 /// Subscription rows. The handler itself lives in memory; the row makes a named

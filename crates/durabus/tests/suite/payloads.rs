@@ -435,3 +435,127 @@ pub async fn retention_deletes_snapshots_past_their_types_days(h: &Harness) {
     assert_eq!(report.status, "ok");
     bus.shutdown().await.unwrap();
 }
+
+/// A `published` snapshot outlives its event's row (history purge, dead-letter purge), keeps
+/// its flags, can be soft-deleted like any other, and expires with its type's retention.
+pub async fn published_snapshots_outlive_their_events_and_expire(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .payload_snapshots(true)
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap();
+    bus.subscribe(
+        "keep.*",
+        |e: Event| async move {
+            if e.event_type == "keep.fail" {
+                Err("refused".into())
+            } else {
+                Ok(())
+            }
+        },
+        SubscribeOptions::default().retry(RetryOverride::default().max_retries(0)),
+    )
+    .await
+    .unwrap();
+    let p = bus.payloads();
+    let media = json!({"avatar": "data:image/png;base64,iVBORw0KGgo=", "n": 1});
+    let done = bus.publish("keep.ok", &media).await.unwrap();
+    let forgotten = bus.publish("keep.ok", &json!({"n": 2})).await.unwrap();
+    let dead = bus.publish("keep.fail", &json!({"n": 3})).await.unwrap();
+    let third = bus.publish("keep.ok", &json!({"n": 4})).await.unwrap();
+    for id in [done, forgotten, third] {
+        wait_status(&bus, id, durabus::EventStatus::Done).await;
+    }
+    wait_status(&bus, dead, durabus::EventStatus::Dlq).await;
+    let before = p.get(done, STAGE_PUBLISHED).await.unwrap();
+    assert_eq!(before.payload.as_deref(), Some(media.to_string().as_str()));
+    assert!(
+        before.contains_media && before.contains_base64,
+        "{before:?}"
+    );
+    assert_eq!(before.size_original, media.to_string().len() as u64);
+    // Soft-deleted while its event is still stored: the audit stays, the bytes are gone.
+    assert_eq!(p.delete(forgotten, "asked to", &ann()).await.unwrap(), 1);
+    let audit = p.get(forgotten, STAGE_PUBLISHED).await.unwrap();
+    assert_eq!(audit.payload, None);
+    assert_eq!(
+        audit.deleted.as_ref().map(|d| d.reason.as_str()),
+        Some("asked to")
+    );
+    assert!(
+        bus.store().payload_list(forgotten).await.unwrap()[0]
+            .blob
+            .is_none()
+    );
+    assert_eq!(
+        p.delete(forgotten, "again", &ann())
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::NotFound
+    );
+    // The events' rows go: the snapshots stay as they were.
+    h.advance(Duration::from_secs(60));
+    let purged = bus.history().purge(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(purged, 3, "the three delivered events");
+    assert!(bus.store().get_event(done).await.unwrap().is_none());
+    let after = p.get(done, STAGE_PUBLISHED).await.unwrap();
+    assert_eq!(after, before, "byte for byte, with its flags and sizes");
+    assert_eq!(p.list(forgotten).await.unwrap().len(), 1, "only the audit");
+    assert!(
+        p.get(forgotten, STAGE_PUBLISHED)
+            .await
+            .unwrap()
+            .deleted
+            .is_some()
+    );
+    let dead_snapshot = p.get(dead, STAGE_PUBLISHED).await.unwrap();
+    assert!(
+        bus.dead_letters()
+            .act(dead, durabus::Action::Purge, &ann())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(bus.store().get_event(dead).await.unwrap().is_none());
+    assert_eq!(p.get(dead, STAGE_PUBLISHED).await.unwrap(), dead_snapshot);
+    // A fresh event, still stored, whose snapshot expires with the default 14 days.
+    let fresh = bus.publish("keep.ok", &json!({"n": 5})).await.unwrap();
+    wait_status(&bus, fresh, durabus::EventStatus::Done).await;
+    let t = h.clock.now();
+    let (expired, _) = p
+        .cleanup(
+            t.plus(Duration::from_secs(14 * 86_400 - 1)),
+            Duration::from_secs(86_400),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        expired, 4,
+        "done, dead (published and error) and third were taken a minute earlier"
+    );
+    assert!(p.list(done).await.unwrap().is_empty());
+    assert!(p.list(third).await.unwrap().is_empty());
+    assert_eq!(
+        p.list(fresh).await.unwrap().len(),
+        1,
+        "a second younger: kept"
+    );
+    let (expired, _) = p
+        .cleanup(
+            t.plus(Duration::from_secs(14 * 86_400)),
+            Duration::from_secs(86_400),
+        )
+        .await
+        .unwrap();
+    assert_eq!(expired, 1);
+    assert!(p.list(fresh).await.unwrap().is_empty());
+    assert!(
+        bus.store().get_event(fresh).await.unwrap().is_some(),
+        "the event stays"
+    );
+    bus.shutdown().await.unwrap();
+}

@@ -72,7 +72,9 @@ pub struct Report {
     pub publish_concurrent_eps: f64,
     /// The same with automatic payload snapshots at `published`.
     pub publish_snapshot_eps: f64,
-    /// Compressed bytes stored per event by those snapshots.
+    /// The compressed size of each event's snapshot, read back (on SQLite a `published`
+    /// snapshot shares the event's payload until the event's row goes; this is the row it gets
+    /// then).
     pub snapshot_bytes_per_event: f64,
     pub publish_batch_eps: f64,
     pub e2e_eps: f64,

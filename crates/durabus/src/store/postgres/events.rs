@@ -19,7 +19,7 @@ impl EventStore for PgStore {
     async fn insert_with(
         &self,
         events: Vec<NewEvent>,
-        snapshots: Vec<NewSnapshot>,
+        mut snapshots: Vec<NewSnapshot>,
         mode: InsertMode,
         now: Timestamp,
     ) -> Result<Vec<bool>> {
@@ -27,6 +27,14 @@ impl EventStore for PgStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        // This store keeps each snapshot as a row of its own: a shared one is compressed here,
+        // on the caller's task.
+        for s in snapshots.iter_mut().filter(|s| s.shared) {
+            if let Some(e) = events.iter().find(|e| e.id == s.event_id) {
+                s.fill(&e.payload)?;
+            }
+        }
+        snapshots.retain(|s| !s.shared);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let request = insert::Request {
             events,

@@ -339,6 +339,7 @@ fn apply_action(
         Change::Delete => {
             conn.prepare_cached(&ops.dl_delete)?
                 .execute([id.to_string()])?;
+            super::payloads::keep_shared(conn, sql, &id.to_string())?;
             conn.prepare_cached(&ops.dl_delete_event)?
                 .execute([id.to_string()])?;
             adjust(
@@ -464,6 +465,7 @@ impl WriteOp for PurgeDead {
                 Ok(_) => {}
                 // An event without a record (never expected): delete it alone.
                 Err(e) if e.kind() == ErrorKind::NotFound => {
+                    super::payloads::keep_shared(conn, sql, &id.to_string())?;
                     conn.prepare_cached(&sql.ops.dl_delete_event)?
                         .execute([id.to_string()])?;
                 }

@@ -23,6 +23,19 @@ pub(crate) fn insert_events(
     status: EventStatus,
     now: Timestamp,
 ) -> Result<Vec<bool>> {
+    insert_marking(conn, sql, events, status, now, |_| false)
+}
+
+/// [`insert_events`], marking the events for which `shared` says their `published` snapshot is
+/// their own stored payload.
+fn insert_marking(
+    conn: &Connection,
+    sql: &Sql,
+    events: &[NewEvent],
+    status: EventStatus,
+    now: Timestamp,
+    shared: impl Fn(EventId) -> bool,
+) -> Result<Vec<bool>> {
     let now_ms = now.as_millis();
     let due = (status == EventStatus::Pending).then_some(now_ms);
     let mut stmt = conn.prepare_cached(&sql.insert)?;
@@ -43,7 +56,8 @@ pub(crate) fn insert_events(
             status.as_str(),
             metadata,
             now_ms,
-            due
+            due,
+            shared(e.id).then_some(1)
         ])?;
         inserted.push(n == 1);
     }
@@ -74,8 +88,22 @@ impl WriteOp for Insert {
             InsertMode::Pending => EventStatus::Pending,
             InsertMode::Claimed => EventStatus::Processing,
         };
-        let stored = insert_events(conn, sql, &self.events, status, now)?;
-        if !self.snapshots.is_empty() {
+        // A shared snapshot is a mark on the event's row, not a row of its own.
+        let stored = if self.snapshots.iter().any(|s| s.shared) {
+            let shared: std::collections::HashSet<EventId> = self
+                .snapshots
+                .iter()
+                .filter(|s| s.shared)
+                .map(|s| s.event_id)
+                .collect();
+            insert_marking(conn, sql, &self.events, status, now, |id| {
+                shared.contains(&id)
+            })?
+        } else {
+            insert_events(conn, sql, &self.events, status, now)?
+        };
+        let mut own = self.snapshots.iter().filter(|s| !s.shared).peekable();
+        if own.peek().is_some() {
             let ids = self
                 .events
                 .iter()
@@ -84,9 +112,10 @@ impl WriteOp for Insert {
                 .map(|(e, _)| e.id);
             if stored.iter().all(|s| *s) {
                 // The usual case: every event is new, so every snapshot is written.
-                super::payloads::put(conn, sql, &self.snapshots)?;
+                super::payloads::put(conn, sql, own)?;
             } else {
-                super::payloads::put(conn, sql, of_stored(&self.snapshots, ids))?;
+                let own: Vec<NewSnapshot> = own.cloned().collect();
+                super::payloads::put(conn, sql, of_stored(&own, ids))?;
             }
         }
         Ok(stored)

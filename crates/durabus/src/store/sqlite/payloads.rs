@@ -1,7 +1,7 @@
 //! The payload store on SQLite.
 
 use async_trait::async_trait;
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::op::WriteOp;
@@ -10,7 +10,10 @@ use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::EventId;
-use crate::payload::{Deletion, NewSnapshot, PayloadConfig, Retention, Snapshot, StoredSnapshot};
+use crate::payload::detect::ContentFlags;
+use crate::payload::{
+    Deletion, NewSnapshot, PayloadConfig, Retention, STAGE_PUBLISHED, Snapshot, StoredSnapshot,
+};
 use crate::store::{PayloadStore, SnapshotKey};
 
 /// Writes `snapshots` on `conn` (the writer's transaction).
@@ -24,9 +27,16 @@ pub(super) fn put<'a>(
         return Ok(());
     }
     let mut stmt = conn.prepare_cached(&sql.ops.pl_put)?;
+    let mut id = uuid::Uuid::encode_buffer();
     for s in snapshots {
+        if s.shared {
+            return Err(Error::Internal(format!(
+                "the shared snapshot of event {} can only be written with its event",
+                s.event_id
+            )));
+        }
         stmt.execute(params![
-            s.event_id.to_string(),
+            s.event_id.0.hyphenated().encode_lower(&mut id) as &str,
             s.stage,
             s.created_at.as_millis(),
             s.event_type,
@@ -38,6 +48,63 @@ pub(super) fn put<'a>(
         ])?;
     }
     Ok(())
+}
+
+/// An event's shared `published` snapshot: its type, payload text and creation time.
+fn shared_of(conn: &Connection, sql: &Sql, id: &str) -> Result<Option<(String, String, i64)>> {
+    Ok(conn
+        .prepare_cached(&sql.ops.pl_shared_get)?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?)
+}
+
+/// The shared snapshot of event `event_id` compressed into an ordinary one (reads of
+/// snapshots are rare: publishing did not pay for it).
+fn filled(
+    event_id: EventId,
+    (event_type, text, created_at): (String, String, i64),
+) -> Result<NewSnapshot> {
+    let mut s = NewSnapshot {
+        event_id,
+        event_type,
+        stage: STAGE_PUBLISHED.to_owned(),
+        blob: Vec::new(),
+        size_original: 0,
+        flags: ContentFlags::default(),
+        created_at: Timestamp(created_at),
+        shared: true,
+    };
+    s.fill(&text)?;
+    Ok(s)
+}
+
+/// The shared snapshot of event `event_id` as the store returns every snapshot.
+fn shared_stored(event_id: EventId, shared: (String, String, i64)) -> Result<StoredSnapshot> {
+    let s = filled(event_id, shared)?;
+    Ok(StoredSnapshot {
+        meta: Snapshot {
+            event_id,
+            stage: s.stage,
+            created_at: s.created_at,
+            event_type: s.event_type,
+            size_original: s.size_original,
+            size_compressed: s.blob.len() as u64,
+            contains_media: s.flags.contains_media,
+            contains_base64: s.flags.contains_base64,
+            payload: None,
+            deleted: None,
+        },
+        blob: Some(s.blob),
+    })
+}
+
+/// Before the row of event `id` is deleted: its shared `published` snapshot, if it has one,
+/// gets a compressed row of its own, so it outlives the event as a copied one would.
+pub(super) fn keep_shared(conn: &Connection, sql: &Sql, id: &str) -> Result<()> {
+    match shared_of(conn, sql, id)? {
+        Some(shared) => put(conn, sql, [&filled(id.parse()?, shared)?]),
+        None => Ok(()),
+    }
 }
 
 fn stored_from_row(row: &Row<'_>) -> rusqlite::Result<StoredSnapshot> {
@@ -99,6 +166,37 @@ struct SoftDelete {
     actor: String,
 }
 
+impl SoftDelete {
+    fn delete(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
+        let id = self.event_id.to_string();
+        let mut n =
+            conn.prepare_cached(&sql.ops.pl_soft_delete)?
+                .execute(params![id, now.as_millis(), self.actor, self.reason])? as u64;
+        // A shared snapshot: the mark is cleared and an audit row written (its bytes are the
+        // event's payload, which stays with the event).
+        if let Some((event_type, text, created_at)) = shared_of(conn, sql, &id)? {
+            let flags = crate::payload::detect::detect(&text);
+            conn.prepare_cached(&sql.ops.pl_shared_deleted)?
+                .execute(params![
+                    id,
+                    STAGE_PUBLISHED,
+                    created_at,
+                    event_type,
+                    text.len() as u64,
+                    flags.contains_media,
+                    flags.contains_base64,
+                    now.as_millis(),
+                    self.actor,
+                    self.reason
+                ])?;
+            conn.prepare_cached(&sql.ops.pl_shared_clear)?
+                .execute([&id])?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
 impl WriteOp for SoftDelete {
     type Reply = u64;
 
@@ -106,16 +204,9 @@ impl WriteOp for SoftDelete {
         // Freed content is overwritten with zeros, not left in free pages: the bytes are gone
         // from the database file, not only hidden.
         conn.pragma_update(None, "secure_delete", "ON")?;
-        let n = conn
-            .prepare_cached(&sql.ops.pl_soft_delete)?
-            .execute(params![
-                self.event_id.to_string(),
-                now.as_millis(),
-                self.actor,
-                self.reason
-            ]);
+        let n = self.delete(conn, sql, now);
         conn.pragma_update(None, "secure_delete", "OFF")?;
-        Ok(n? as u64)
+        n
     }
 }
 
@@ -175,6 +266,39 @@ impl WriteOp for Delete {
     }
 }
 
+/// One chunk of the retention of shared snapshots: the events after rowid `after`, at most
+/// `scan`; the marks of those past their type's retention are cleared.
+struct ExpireShared {
+    retention: Retention,
+    after: i64,
+    scan: usize,
+}
+
+impl WriteOp for ExpireShared {
+    type Reply = (u64, Option<i64>);
+
+    fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<(u64, Option<i64>)> {
+        let rows: Vec<(i64, String, String, i64, bool)> = conn
+            .prepare_cached(&sql.ops.pl_shared_scan)?
+            .query_map(
+                params![self.after, i64::try_from(self.scan).unwrap_or(i64::MAX)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        let next = (rows.len() == self.scan)
+            .then(|| rows.last().map(|r| r.0))
+            .flatten();
+        let mut clear = conn.prepare_cached(&sql.ops.pl_shared_clear)?;
+        let mut n = 0;
+        for (_, id, event_type, created_at, marked) in &rows {
+            if *marked && Timestamp(*created_at) <= self.retention.cutoff(event_type) {
+                n += clear.execute([id])? as u64;
+            }
+        }
+        Ok((n, next))
+    }
+}
+
 struct PurgeDeleted {
     cutoff: Timestamp,
     limit: usize,
@@ -205,12 +329,31 @@ impl PayloadStore for SqliteStore {
 
     async fn payload_list(&self, event_id: EventId) -> Result<Vec<StoredSnapshot>> {
         let sql = self.sql.clone();
-        self.read(move |c| {
-            c.prepare_cached(&sql.ops.pl_list)?
-                .query_map([event_id.to_string()], stored_from_row)?
-                .collect()
-        })
-        .await
+        let (mut list, shared) = self
+            .read(move |c| {
+                let id = event_id.to_string();
+                let list = c
+                    .prepare_cached(&sql.ops.pl_list)?
+                    .query_map([&id], stored_from_row)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let shared = c
+                    .prepare_cached(&sql.ops.pl_shared_get)?
+                    .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()?;
+                Ok((list, shared))
+            })
+            .await?;
+        if let Some(shared) = shared {
+            list.push(shared_stored(event_id, shared)?);
+            // Newest first, then by stage, as the rows are read.
+            list.sort_by(|a, b| {
+                b.meta
+                    .created_at
+                    .cmp(&a.meta.created_at)
+                    .then_with(|| a.meta.stage.cmp(&b.meta.stage))
+            });
+        }
+        Ok(list)
     }
 
     async fn payload_soft_delete(
@@ -309,6 +452,23 @@ impl PayloadStore for SqliteStore {
             return Ok(0);
         }
         self.write(Delete(keys), Timestamp(0)).await
+    }
+
+    async fn payload_expire_shared(
+        &self,
+        retention: &Retention,
+        after: i64,
+        scan: usize,
+    ) -> Result<(u64, Option<i64>)> {
+        self.write(
+            ExpireShared {
+                retention: retention.clone(),
+                after,
+                scan,
+            },
+            Timestamp(0),
+        )
+        .await
     }
 
     async fn payload_purge_deleted(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {

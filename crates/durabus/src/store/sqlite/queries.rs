@@ -23,14 +23,25 @@ impl WriteOp for PurgeHistory {
     type Reply = u64;
 
     fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<u64> {
-        let n = conn.execute(
-            &sql.history_purge,
-            params![
-                self.cutoff.as_millis(),
-                i64::try_from(self.limit).unwrap_or(i64::MAX)
-            ],
-        )?;
-        Ok(n as u64)
+        let rows: Vec<(i64, String, bool)> = conn
+            .prepare_cached(&sql.history_purge)?
+            .query_map(
+                params![
+                    self.cutoff.as_millis(),
+                    i64::try_from(self.limit).unwrap_or(i64::MAX)
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut delete = conn.prepare_cached(&sql.history_delete)?;
+        let mut n = 0;
+        for (rowid, id, shared) in rows {
+            if shared {
+                super::payloads::keep_shared(conn, sql, &id)?;
+            }
+            n += delete.execute([rowid])? as u64;
+        }
+        Ok(n)
     }
 }
 

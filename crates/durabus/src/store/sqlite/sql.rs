@@ -93,8 +93,9 @@ statements! {
     /// Marks one claimed event `processing`.
     claim_update = "UPDATE {p}events SET status = 'processing', updated_at = ?2 WHERE id = ?1";
     /// Inserts one event unless its id exists (idempotent publish).
-    insert = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7) ON CONFLICT(id) DO NOTHING";
+    insert = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at,
+             published_snapshot)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(id) DO NOTHING";
     /// Outcome: done, for an event that was never a dead letter (the common case: a plain
     /// update, no RETURNING, which costs SQLite an ephemeral table per row).
     record_done = "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
@@ -129,9 +130,12 @@ statements! {
     subscription_delete = "DELETE FROM {p}subscriptions WHERE id = ?1";
     /// Every subscription.
     subscriptions = "SELECT id, name, event_type, created_at FROM {p}subscriptions ORDER BY created_at, id";
-    /// One chunk of the history purge: done events completed at or before `?1`, at most `?2`.
-    history_purge = "DELETE FROM {p}events WHERE rowid IN
-         (SELECT rowid FROM {p}events WHERE status = 'done' AND updated_at <= ?1 LIMIT ?2 + 0)";
+    /// One chunk of the history purge: done events completed at or before `?1`, at most `?2`
+    /// (each with whether it holds a shared `published` snapshot).
+    history_purge = "SELECT rowid, id, published_snapshot IS NOT NULL FROM {p}events
+         WHERE status = 'done' AND updated_at <= ?1 LIMIT ?2 + 0";
+    /// Deletes one event row of the history purge.
+    history_delete = "DELETE FROM {p}events WHERE rowid = ?1";
     /// The earliest due time.
     next_due = "SELECT next_attempt_at FROM {p}events INDEXED BY {p}events_due
          WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1";

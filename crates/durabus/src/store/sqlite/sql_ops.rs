@@ -172,6 +172,23 @@ ops_statements! {
     pl_soft_delete = "UPDATE {p}event_payloads SET payload = NULL, size_compressed = 0, deleted_at = ?2,
              deleted_by = ?3, delete_reason = ?4
          WHERE event_id = ?1 AND deleted_at IS NULL";
+    /// An event's shared `published` snapshot: the event's type, payload and creation time.
+    pl_shared_get = "SELECT type, payload, created_at FROM {p}events
+         WHERE id = ?1 AND published_snapshot IS NOT NULL";
+    /// Clears an event's shared snapshot mark.
+    pl_shared_clear = "UPDATE {p}events SET published_snapshot = NULL
+         WHERE id = ?1 AND published_snapshot IS NOT NULL";
+    /// The retention scan of shared snapshots: events by rowid after `?1`, at most `?2`.
+    pl_shared_scan = "SELECT rowid, id, type, created_at, published_snapshot IS NOT NULL FROM {p}events
+         WHERE rowid > ?1 ORDER BY rowid LIMIT ?2 + 0";
+    /// The audit row of a soft-deleted shared snapshot (no bytes).
+    pl_shared_deleted = "INSERT INTO {p}event_payloads (event_id, stage, created_at, event_type, payload,
+             size_original, size_compressed, contains_media, contains_base64, deleted_at, deleted_by,
+             delete_reason)
+         VALUES (?1, ?2, ?3, ?4, NULL, ?5, 0, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (event_id, stage, created_at) DO UPDATE SET payload = NULL, size_compressed = 0,
+             deleted_at = excluded.deleted_at, deleted_by = excluded.deleted_by,
+             delete_reason = excluded.delete_reason";
     /// The retention scan, from the start.
     pl_scan_first = "SELECT event_id, stage, created_at, event_type, deleted_at FROM {p}event_payloads
          ORDER BY event_id, stage, created_at LIMIT ?1 + 0";
