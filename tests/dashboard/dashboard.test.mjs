@@ -207,6 +207,24 @@ test('a read-only token sees no action buttons', async () => {
   await t.close();
 });
 
+test('a slow answer for the page left behind never paints over the page shown now', async () => {
+  const t = await open(null);
+  // The overview's reads answer 1.5 s late; the dead letters are opened meanwhile.
+  await t.page.route('**/api/v2/overview', async (r) => {
+    await new Promise((ok) => setTimeout(ok, 1500));
+    await r.continue();
+  });
+  await t.page.fill('#token', DASH_ADMIN);
+  await t.page.click('#login-form button');
+  await t.page.waitForSelector('#nav:not([hidden])');
+  await t.page.goto(`${DASH_URL}/#/dead-letters`);
+  await t.page.waitForSelector('tr[data-id]');
+  await t.page.waitForTimeout(2500);
+  assert.equal(await t.page.textContent('#view h1'), 'Dead letters');
+  assert.ok((await t.page.$$('tr[data-id]')).length > 0);
+  await t.close();
+});
+
 test('events, their payload snapshots and a replay preview', async () => {
   const t = await open(DASH_ADMIN);
   await t.page.goto(`${DASH_URL}/#/events?event_type=ship.created`);

@@ -7,6 +7,9 @@ const TOKEN_KEY = 'durabus.token';
 const REFRESH_MS = 5000;
 const state = {
   token: sessionStorage.getItem(TOKEN_KEY), role: null, name: null, timer: null,
+  // Bumped by every route change: an answer that arrives for an earlier view is dropped, so a
+  // slow read of the page left behind never paints over the page shown now.
+  generation: 0,
   // Dead letters selected in the table: refreshing pauses while there are any.
   selected: new Set(),
 };
@@ -115,11 +118,14 @@ const post = (path, body) => api('POST', path, body === undefined ? {} : body);
 
 /** Runs an action, showing its error in the banner; returns its result or undefined. */
 async function attempt(fn) {
+  const generation = state.generation;
   try {
     const out = await fn();
+    if (generation !== state.generation) return undefined;
     banner('');
     return out;
   } catch (e) {
+    if (generation !== state.generation) return undefined;
     if (e.status !== 401) banner(e.message || String(e));
     return undefined;
   }
@@ -131,6 +137,7 @@ function signOut(message) {
   sessionStorage.removeItem(TOKEN_KEY);
   state.token = null;
   state.role = null;
+  state.generation++;
   stopRefresh();
   $('#nav').hidden = true;
   $('#logout').hidden = true;
@@ -193,6 +200,7 @@ function refreshing(render, paused) {
 
 async function route() {
   if (!state.token) return;
+  state.generation++;
   stopRefresh();
   banner('');
   state.selected.clear();
