@@ -55,8 +55,9 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, api, recovery, rss, history; PostgreSQL: publish, e2e, dlq (with the
-    /// admin API figure), bulk); the others are reported as 0. For profiling one path at a time.
+    /// replay, metrics, api, recovery, rss, history; PostgreSQL: publish, e2e, latency, dlq
+    /// (with the admin API figure), bulk); the others are reported as 0. For profiling one path
+    /// at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
