@@ -81,6 +81,19 @@ pub struct Drained {
     pub advanced: Duration,
 }
 
+/// Puts `builder` on a new manual clock with a short poll interval, lets `configure` add to it,
+/// and builds the bus.
+async fn clocked(
+    builder: BusBuilder,
+    configure: impl FnOnce(BusBuilder) -> BusBuilder,
+) -> Result<(EventBus, ManualClock)> {
+    let clock = ManualClock::default();
+    let builder = builder
+        .clock(Arc::new(clock.clone()))
+        .poll_interval(Duration::from_millis(20));
+    Ok((configure(builder).build().await?, clock))
+}
+
 impl TestBus {
     /// A bus on a new SQLite file in a temp dir (deleted when the `TestBus` is dropped).
     #[cfg(feature = "sqlite")]
@@ -96,12 +109,11 @@ impl TestBus {
             path: std::env::temp_dir().display().to_string(),
             source: e,
         })?;
-        let clock = ManualClock::default();
-        let builder = EventBus::builder()
-            .sqlite(dir.path().join("test.db"))
-            .clock(Arc::new(clock.clone()))
-            .poll_interval(Duration::from_millis(20));
-        let bus = configure(builder).build().await?;
+        let (bus, clock) = clocked(
+            EventBus::builder().sqlite(dir.path().join("test.db")),
+            configure,
+        )
+        .await?;
         Ok(TestBus {
             bus,
             clock,
@@ -123,12 +135,7 @@ impl TestBus {
     pub async fn in_memory_with(
         configure: impl FnOnce(BusBuilder) -> BusBuilder,
     ) -> Result<TestBus> {
-        let clock = ManualClock::default();
-        let builder = EventBus::builder()
-            .in_memory()
-            .clock(Arc::new(clock.clone()))
-            .poll_interval(Duration::from_millis(20));
-        let bus = configure(builder).build().await?;
+        let (bus, clock) = clocked(EventBus::builder().in_memory(), configure).await?;
         Ok(TestBus {
             bus,
             clock,
@@ -152,17 +159,13 @@ impl TestBus {
         configure: impl FnOnce(BusBuilder) -> BusBuilder,
     ) -> Result<TestBus> {
         let schema = format!("test_{}", EventId::new().0.simple());
-        let clock = ManualClock::default();
         let options = crate::PgOptions {
             schema: schema.clone(),
             max_connections: 4,
             ..crate::PgOptions::default()
         };
-        let builder = EventBus::builder()
-            .postgres_with(url, options)
-            .clock(Arc::new(clock.clone()))
-            .poll_interval(Duration::from_millis(20));
-        let bus = configure(builder).build().await?;
+        let (bus, clock) =
+            clocked(EventBus::builder().postgres_with(url, options), configure).await?;
         Ok(TestBus {
             bus,
             clock,

@@ -16,6 +16,17 @@ fn ann() -> Actor {
     Actor::new("ann", ActorKind::Library)
 }
 
+/// A bus with automatic snapshots whose breaker never opens.
+async fn snapshotting_bus(h: &Harness) -> durabus::EventBus {
+    h.builder()
+        .await
+        .payload_snapshots(true)
+        .breaker(breaker_never_trips())
+        .build()
+        .await
+        .unwrap()
+}
+
 fn config(stages: &[&str], days: i64, redact: &[&str]) -> ConfigInput {
     ConfigInput {
         stages: stages.iter().map(|s| (*s).to_owned()).collect(),
@@ -189,14 +200,7 @@ pub async fn configuration_is_per_type_with_a_default(h: &Harness) {
 }
 
 pub async fn automatic_snapshots_follow_the_configuration(h: &Harness) {
-    let bus = h
-        .builder()
-        .await
-        .payload_snapshots(true)
-        .breaker(breaker_never_trips())
-        .build()
-        .await
-        .unwrap();
+    let bus = snapshotting_bus(h).await;
     bus.payloads()
         .set_config("quiet.x", config(&[STAGE_ERROR], 14, &[]), &ann())
         .await
@@ -286,14 +290,7 @@ pub async fn a_soft_delete_clears_the_bytes_and_keeps_the_audit(h: &Harness) {
 }
 
 pub async fn operators_see_redacted_payloads_and_handlers_the_original(h: &Harness) {
-    let bus = h
-        .builder()
-        .await
-        .payload_snapshots(true)
-        .breaker(breaker_never_trips())
-        .build()
-        .await
-        .unwrap();
+    let bus = snapshotting_bus(h).await;
     bus.payloads()
         .set_config(
             "pay.charge",
@@ -439,14 +436,7 @@ pub async fn retention_deletes_snapshots_past_their_types_days(h: &Harness) {
 /// A `published` snapshot outlives its event's row (history purge, dead-letter purge), keeps
 /// its flags, can be soft-deleted like any other, and expires with its type's retention.
 pub async fn published_snapshots_outlive_their_events_and_expire(h: &Harness) {
-    let bus = h
-        .builder()
-        .await
-        .payload_snapshots(true)
-        .breaker(breaker_never_trips())
-        .build()
-        .await
-        .unwrap();
+    let bus = snapshotting_bus(h).await;
     bus.subscribe(
         "keep.*",
         |e: Event| async move {

@@ -462,12 +462,7 @@ const LATENCY_SAMPLES: u64 = 2_000;
 /// between them), the handler recording when it starts. Warm-up events (without a send time)
 /// go first and are not counted.
 async fn latency(db: &Db, plan: &Plan) -> anyhow::Result<EndToEnd> {
-    let bus = db.builder().build().await?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.target)
-        .await?;
-    let mut workers = Workers::start(db, plan.workers, &[])?;
+    let (bus, pool, mut workers) = publisher_and_workers(db, plan).await?;
     let warm = 100;
     for events in batches(0, warm) {
         bus.enqueue_batch(events?).await?;
@@ -503,14 +498,23 @@ fn tally(workers: &Workers, total: u64) -> anyhow::Result<EndToEnd> {
     })
 }
 
-async fn end_to_end(db: &Db, plan: &Plan) -> anyhow::Result<EndToEnd> {
-    // The publisher's bus creates the schema before the workers start.
+/// The publishing bus (which creates the schema before the workers start), a one-connection
+/// pool for counting completed events, and `plan.workers` worker processes.
+async fn publisher_and_workers(
+    db: &Db,
+    plan: &Plan,
+) -> anyhow::Result<(EventBus, sqlx::PgPool, Workers)> {
     let bus = db.builder().build().await?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(&db.target)
         .await?;
-    let mut workers = Workers::start(db, plan.workers, &[])?;
+    let workers = Workers::start(db, plan.workers, &[])?;
+    Ok((bus, pool, workers))
+}
+
+async fn end_to_end(db: &Db, plan: &Plan) -> anyhow::Result<EndToEnd> {
+    let (bus, pool, mut workers) = publisher_and_workers(db, plan).await?;
     let n = if plan.quick {
         plan.events.min(10_000)
     } else {

@@ -5,98 +5,27 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
+use super::dead_letter_act::{act, act_many};
+use super::dead_letter_rows::{dead_letter, json, summary};
 use super::insert::{Rows, insert_rows};
 use super::sql::PgSql;
 use super::sql_ops::{Arg, PgOpsSql};
 use super::{PgStore, json_list, q};
 use crate::clock::Timestamp;
-use crate::dead_letter::sum_deltas;
 use crate::dead_letter::{
-    Action, Actor, ActorKind, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup,
-    DeadLetterStatus, DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED,
-    GroupDelta, Keyset, State, apply, group_delta, plan_death,
+    Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
+    DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
+    group_delta, plan_death,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventId;
 use crate::operation::{ChunkReport, OperationStatus};
 use crate::store::DeadLetterStore;
-use crate::store::recovery::requeue;
 
-fn opt_ts(row: &PgRow, col: &str) -> Result<Option<Timestamp>> {
-    Ok(row.try_get::<Option<i64>, _>(col)?.map(Timestamp))
-}
-
-fn json<T: serde::de::DeserializeOwned + Default>(row: &PgRow, col: &str) -> Result<T> {
-    match row.try_get::<Option<String>, _>(col)? {
-        None => Ok(T::default()),
-        Some(text) => serde_json::from_str(&text)
-            .map_err(|e| Error::corrupt(format!("column {col} holds invalid JSON"), e)),
-    }
-}
-
-fn u32_col(row: &PgRow, col: &str) -> Result<u32> {
-    Ok(u32::try_from(row.try_get::<i32, _>(col)?).unwrap_or(0))
-}
-
-/// Decodes a row selected with `DL_COLUMNS`, with its round count.
-fn dead_letter(row: &PgRow) -> Result<(DeadLetter, u32)> {
-    let status: String = row.try_get("status")?;
-    Ok((
-        DeadLetter {
-            event_id: EventId(row.try_get::<Uuid, _>("event_id")?),
-            seq: row.try_get("seq")?,
-            event_type: row.try_get("event_type")?,
-            payload: row.try_get("payload")?,
-            subscription: row.try_get("subscription")?,
-            last_error: row.try_get("last_error")?,
-            causes: json(row, "causes")?,
-            error_history: json(row, "error_history")?,
-            fingerprint: row.try_get("fingerprint")?,
-            attempts: u32_col(row, "attempts")?,
-            status: status.parse()?,
-            auto_retry_count: u32_col(row, "auto_retry_count")?,
-            manual_retry_count: u32_col(row, "manual_retry_count")?,
-            next_auto_retry_at: opt_ts(row, "next_auto_retry_at")?,
-            created_at: Timestamp(row.try_get("created_at")?),
-            updated_at: Timestamp(row.try_get("updated_at")?),
-            last_retry_at: opt_ts(row, "last_retry_at")?,
-            last_retry_by: row.try_get("last_retry_by")?,
-            resolved_at: opt_ts(row, "resolved_at")?,
-            resolved_by: row.try_get("resolved_by")?,
-            resolution_note: row.try_get("resolution_note")?,
-        },
-        u32_col(row, "rounds")?,
-    ))
-}
-
-/// Decodes a row selected with `DL_SUMMARY_COLUMNS`.
-fn summary(row: &PgRow) -> Result<DeadLetterSummary> {
-    let status: String = row.try_get("status")?;
-    Ok(DeadLetterSummary {
-        event_id: EventId(row.try_get::<Uuid, _>("event_id")?),
-        seq: row.try_get("seq")?,
-        event_type: row.try_get("event_type")?,
-        subscription: row.try_get("subscription")?,
-        last_error: row.try_get("last_error")?,
-        fingerprint: row.try_get("fingerprint")?,
-        attempts: u32_col(row, "attempts")?,
-        rounds: u32_col(row, "rounds")?,
-        status: status.parse()?,
-        auto_retry_count: u32_col(row, "auto_retry_count")?,
-        manual_retry_count: u32_col(row, "manual_retry_count")?,
-        next_auto_retry_at: opt_ts(row, "next_auto_retry_at")?,
-        created_at: Timestamp(row.try_get("created_at")?),
-        updated_at: Timestamp(row.try_get("updated_at")?),
-        last_retry_by: row.try_get("last_retry_by")?,
-        resolved_by: row.try_get("resolved_by")?,
-    })
-}
-
-fn state_of(d: &DeadLetter, rounds: u32) -> State {
+pub(super) fn state_of(d: &DeadLetter, rounds: u32) -> State {
     State {
         status: d.status,
         auto_retry_count: d.auto_retry_count,
@@ -112,11 +41,11 @@ fn state_of(d: &DeadLetter, rounds: u32) -> State {
     }
 }
 
-fn i32_of(n: u32) -> i32 {
+pub(super) fn i32_of(n: u32) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
-async fn lock(
+pub(super) async fn lock(
     conn: &mut PgConnection,
     ops: &PgOpsSql,
     id: EventId,
@@ -130,7 +59,11 @@ async fn lock(
         .transpose()
 }
 
-async fn get(conn: &mut PgConnection, ops: &PgOpsSql, id: EventId) -> Result<Option<DeadLetter>> {
+pub(super) async fn get(
+    conn: &mut PgConnection,
+    ops: &PgOpsSql,
+    id: EventId,
+) -> Result<Option<DeadLetter>> {
     Ok(q(&ops.dl_get)
         .bind(id.0)
         .fetch_optional(conn)
@@ -141,7 +74,7 @@ async fn get(conn: &mut PgConnection, ops: &PgOpsSql, id: EventId) -> Result<Opt
         .map(|(d, _)| d))
 }
 
-async fn adjust(conn: &mut PgConnection, ops: &PgOpsSql, d: &GroupDelta) -> Result<()> {
+pub(super) async fn adjust(conn: &mut PgConnection, ops: &PgOpsSql, d: &GroupDelta) -> Result<()> {
     if d.count == 0 && d.open == 0 {
         return Ok(());
     }
@@ -160,7 +93,7 @@ async fn adjust(conn: &mut PgConnection, ops: &PgOpsSql, d: &GroupDelta) -> Resu
     Ok(())
 }
 
-fn history_json(history: &[ErrorRound]) -> Result<String> {
+pub(super) fn history_json(history: &[ErrorRound]) -> Result<String> {
     serde_json::to_string(history).map_err(|e| Error::unserialisable("an error history", &e))
 }
 
@@ -276,7 +209,7 @@ pub(super) async fn write_delivered(
     .await
 }
 
-async fn set_state(
+pub(super) async fn set_state(
     conn: &mut PgConnection,
     ops: &PgOpsSql,
     id: EventId,
@@ -299,221 +232,6 @@ async fn set_state(
         .execute(conn)
         .await?;
     Ok(())
-}
-
-/// A record locked for an action: its lifecycle and group.
-struct Locked {
-    id: EventId,
-    state: State,
-    fingerprint: String,
-}
-
-/// What acting on many records did.
-#[derive(Default)]
-struct Many {
-    /// Records acted on.
-    processed: u64,
-    /// Records passed over, with why.
-    skipped: Vec<(EventId, Error)>,
-    /// Whether events went back for delivery.
-    requeued: bool,
-}
-
-fn opt_i64(t: Option<Timestamp>) -> Option<i64> {
-    t.map(Timestamp::as_millis)
-}
-
-/// Applies `action` by `actor` to the records of `ids` in the caller's transaction, set-based:
-/// the records are locked and read in one statement, [`apply`] decides each in Rust, and the
-/// writes go out as one statement each (requeue, new lifecycles, deletes, group counts).
-/// Records whose state does not allow the action (or that are gone) are skipped with the
-/// reason.
-async fn act_many(
-    conn: &mut PgConnection,
-    ops: &PgOpsSql,
-    ids: &[EventId],
-    action: &Action,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<Many> {
-    let mut many = Many::default();
-    if ids.is_empty() {
-        return Ok(many);
-    }
-    let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-    let locked: Vec<Locked> = q(&ops.dl_lock_states)
-        .bind(&raw)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|r| {
-            Ok(Locked {
-                id: EventId(r.try_get::<Uuid, _>("event_id")?),
-                state: State {
-                    status: r.try_get::<String, _>("status")?.parse()?,
-                    auto_retry_count: u32_col(r, "auto_retry_count")?,
-                    manual_retry_count: u32_col(r, "manual_retry_count")?,
-                    next_auto_retry_at: opt_ts(r, "next_auto_retry_at")?,
-                    created_at: Timestamp(r.try_get("created_at")?),
-                    last_retry_at: opt_ts(r, "last_retry_at")?,
-                    last_retry_by: r.try_get("last_retry_by")?,
-                    resolved_at: opt_ts(r, "resolved_at")?,
-                    resolved_by: r.try_get("resolved_by")?,
-                    resolution_note: r.try_get("resolution_note")?,
-                    rounds: u32_col(r, "rounds")?,
-                },
-                fingerprint: r.try_get("fingerprint")?,
-            })
-        })
-        .collect::<Result<_>>()?;
-    for id in ids {
-        if !locked.iter().any(|l| l.id == *id) {
-            many.skipped.push((
-                *id,
-                Error::NotFound {
-                    what: format!("dead letter {id}"),
-                },
-            ));
-        }
-    }
-    let mut updates: Vec<(Locked, State, bool)> = Vec::new();
-    let mut deletes: Vec<Locked> = Vec::new();
-    for l in locked {
-        match apply(l.id, &l.state, action, actor, now) {
-            Ok(Change::Update { state, requeue }) => updates.push((l, state, requeue)),
-            Ok(Change::Delete) => deletes.push(l),
-            Err(e) if e.kind() == ErrorKind::Conflict => many.skipped.push((l.id, e)),
-            Err(e) => return Err(e),
-        }
-    }
-    let send: Vec<Uuid> = updates
-        .iter()
-        .filter(|(_, _, r)| *r)
-        .map(|(l, _, _)| l.id.0)
-        .collect();
-    if !send.is_empty() {
-        let reset = requeue();
-        let sent: Vec<Uuid> = q(&ops.dl_requeue_many)
-            .bind(&send)
-            .bind(now.as_millis())
-            .bind(i32_of(reset.retry_count))
-            .bind(reset.clear_errors)
-            .fetch_all(&mut *conn)
-            .await?
-            .iter()
-            .map(|r| r.try_get::<Uuid, _>(0))
-            .collect::<std::result::Result<_, _>>()?;
-        many.requeued = !sent.is_empty();
-        let (kept, lost): (Vec<_>, Vec<_>) = updates
-            .into_iter()
-            .partition(|(l, _, r)| !*r || sent.contains(&l.id.0));
-        updates = kept;
-        for (l, _, _) in lost {
-            let e = Error::Conflict {
-                what: format!("dead letter {}", l.id),
-                status: l.state.status.as_str().to_owned(),
-                message: format!(
-                    "dead letter {} cannot be retried: its event is no longer in the dead-letter queue",
-                    l.id
-                ),
-            };
-            many.skipped.push((l.id, e));
-        }
-    }
-    if !updates.is_empty() {
-        let col = |f: &dyn Fn(&State) -> Option<i64>| -> Vec<Option<i64>> {
-            updates.iter().map(|(_, s, _)| f(s)).collect()
-        };
-        let text = |f: &dyn Fn(&State) -> Option<String>| -> Vec<Option<String>> {
-            updates.iter().map(|(_, s, _)| f(s)).collect()
-        };
-        q(&ops.dl_set_states)
-            .bind(updates.iter().map(|(l, _, _)| l.id.0).collect::<Vec<_>>())
-            .bind(
-                updates
-                    .iter()
-                    .map(|(_, s, _)| s.status.as_str())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                updates
-                    .iter()
-                    .map(|(_, s, _)| i32_of(s.auto_retry_count))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(
-                updates
-                    .iter()
-                    .map(|(_, s, _)| i32_of(s.manual_retry_count))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(col(&|s| opt_i64(s.next_auto_retry_at)))
-            .bind(col(&|s| opt_i64(s.last_retry_at)))
-            .bind(text(&|s| s.last_retry_by.clone()))
-            .bind(col(&|s| opt_i64(s.resolved_at)))
-            .bind(text(&|s| s.resolved_by.clone()))
-            .bind(text(&|s| s.resolution_note.clone()))
-            .bind(
-                updates
-                    .iter()
-                    .map(|(_, s, _)| i32_of(s.rounds))
-                    .collect::<Vec<_>>(),
-            )
-            .bind(now.as_millis())
-            .execute(&mut *conn)
-            .await?;
-    }
-    if !deletes.is_empty() {
-        q(&ops.dl_delete_many)
-            .bind(deletes.iter().map(|l| l.id.0).collect::<Vec<_>>())
-            .execute(&mut *conn)
-            .await?;
-    }
-    let deltas = sum_deltas(
-        updates
-            .iter()
-            .map(|(l, s, _)| group_delta(&l.fingerprint, Some(l.state.status), Some(s.status)))
-            .chain(
-                deletes
-                    .iter()
-                    .map(|l| group_delta(&l.fingerprint, Some(l.state.status), None)),
-            ),
-    );
-    if !deltas.is_empty() {
-        let fps: Vec<&str> = deltas.iter().map(|d| d.fingerprint.as_str()).collect();
-        q(&ops.group_adjust_many)
-            .bind(&fps)
-            .bind(deltas.iter().map(|d| d.count).collect::<Vec<_>>())
-            .bind(deltas.iter().map(|d| d.open).collect::<Vec<_>>())
-            .execute(&mut *conn)
-            .await?;
-        if deltas.iter().any(|d| d.count < 0) {
-            q(&ops.group_prune_many)
-                .bind(&fps)
-                .execute(&mut *conn)
-                .await?;
-        }
-    }
-    many.processed = (updates.len() + deletes.len()) as u64;
-    Ok(many)
-}
-
-/// Applies `action` to the record of `id` in the caller's transaction. Returns the record
-/// after it (`None`: purged) and whether the event went back for delivery; the reason when
-/// its state does not allow the action.
-async fn act(
-    conn: &mut PgConnection,
-    ops: &PgOpsSql,
-    id: EventId,
-    action: &Action,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<(Option<DeadLetter>, bool)> {
-    let mut many = act_many(&mut *conn, ops, &[id], action, actor, now).await?;
-    if let Some((_, e)) = many.skipped.pop() {
-        return Err(e);
-    }
-    Ok((get(conn, ops, id).await?, many.requeued))
 }
 
 fn bind_args<'q>(

@@ -5,94 +5,27 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
+use super::dead_letter_jobs::{AutoRetry, BulkChunk, Cleanup, PurgeDead};
+use super::dead_letter_rows::{dead_letter_from_row, json, status, summary_from_row, ts};
 use super::events::insert_events;
 use super::op::WriteOp;
-use super::rows::{corrupt, json_list};
+use super::rows::json_list;
 use super::sql::Sql;
 use super::sql_ops::OpsSql;
 use crate::clock::Timestamp;
 use crate::dead_letter::{
-    Action, Actor, ActorKind, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup,
-    DeadLetterStatus, DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED,
-    GroupDelta, Keyset, State, apply, group_delta, plan_death,
+    Action, Actor, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
+    DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
+    apply, group_delta, plan_death,
 };
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus};
-use crate::operation::{ChunkReport, OperationStatus};
+use crate::operation::ChunkReport;
 use crate::store::DeadLetterStore;
 use crate::store::recovery::requeue;
-
-fn ts(v: Option<i64>) -> Option<Timestamp> {
-    v.map(Timestamp)
-}
-
-fn json<T: serde::de::DeserializeOwned + Default>(
-    row: &Row<'_>,
-    col: usize,
-) -> rusqlite::Result<T> {
-    match row.get::<_, Option<String>>(col)? {
-        None => Ok(T::default()),
-        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt(col, e.to_string())),
-    }
-}
-
-fn status(row: &Row<'_>, col: usize) -> rusqlite::Result<DeadLetterStatus> {
-    let text: String = row.get(col)?;
-    text.parse().map_err(|e: Error| corrupt(col, e.to_string()))
-}
-
-/// Decodes a row selected with [`DL_COLUMNS`].
-fn dead_letter_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter> {
-    let id: String = row.get(0)?;
-    Ok(DeadLetter {
-        event_id: id.parse().map_err(|e: Error| corrupt(0, e.to_string()))?,
-        seq: row.get(1)?,
-        event_type: row.get(2)?,
-        payload: row.get(3)?,
-        subscription: row.get(4)?,
-        last_error: row.get(5)?,
-        causes: json(row, 6)?,
-        error_history: json(row, 7)?,
-        fingerprint: row.get(8)?,
-        attempts: row.get(9)?,
-        status: status(row, 10)?,
-        auto_retry_count: row.get(11)?,
-        manual_retry_count: row.get(12)?,
-        next_auto_retry_at: ts(row.get(13)?),
-        created_at: Timestamp(row.get(14)?),
-        updated_at: Timestamp(row.get(15)?),
-        last_retry_at: ts(row.get(16)?),
-        last_retry_by: row.get(17)?,
-        resolved_at: ts(row.get(18)?),
-        resolved_by: row.get(19)?,
-        resolution_note: row.get(20)?,
-    })
-}
-
-fn summary_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterSummary> {
-    let id: String = row.get(0)?;
-    Ok(DeadLetterSummary {
-        event_id: id.parse().map_err(|e: Error| corrupt(0, e.to_string()))?,
-        seq: row.get(1)?,
-        event_type: row.get(2)?,
-        subscription: row.get(3)?,
-        last_error: row.get(4)?,
-        fingerprint: row.get(5)?,
-        attempts: row.get(6)?,
-        rounds: row.get(7)?,
-        status: status(row, 8)?,
-        auto_retry_count: row.get(9)?,
-        manual_retry_count: row.get(10)?,
-        next_auto_retry_at: ts(row.get(11)?),
-        created_at: Timestamp(row.get(12)?),
-        updated_at: Timestamp(row.get(13)?),
-        last_retry_by: row.get(14)?,
-        resolved_by: row.get(15)?,
-    })
-}
 
 fn state_of(d: &DeadLetter, rounds: u32) -> State {
     State {
@@ -293,7 +226,7 @@ fn load_state(conn: &Connection, sql: &OpsSql, id: EventId) -> Result<Option<(St
 
 /// Applies `action` to the record of `id` inside the writer's transaction. Returns whether
 /// the record still exists (not purged).
-fn apply_action(
+pub(super) fn apply_action(
     conn: &Connection,
     sql: &Sql,
     id: EventId,
@@ -383,218 +316,6 @@ impl WriteOp for Act {
 
     fn wakes(&self, _reply: &Option<DeadLetter>) -> bool {
         self.action == Action::Retry
-    }
-}
-
-fn ids(conn: &Connection, text: &str, args: impl rusqlite::Params) -> Result<Vec<EventId>> {
-    let raw: Vec<String> = conn
-        .prepare_cached(text)?
-        .query_map(args, |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    raw.iter().map(|s| s.parse()).collect()
-}
-
-struct AutoRetry(usize);
-
-impl WriteOp for AutoRetry {
-    type Reply = u64;
-
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
-        let due = ids(
-            conn,
-            &sql.ops.dl_auto_due,
-            params![now.as_millis(), i64::try_from(self.0).unwrap_or(i64::MAX)],
-        )?;
-        let actor = Actor::auto_retry();
-        let mut n = 0;
-        for id in due {
-            match apply_action(conn, sql, id, &Action::Retry, &actor, now) {
-                Ok(_) => n += 1,
-                Err(e) if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::NotFound) => {
-                    tracing::warn!(event_id = %id, error = %e, "auto retry skipped");
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(n)
-    }
-
-    fn wakes(&self, n: &u64) -> bool {
-        *n > 0
-    }
-}
-
-struct Cleanup {
-    cutoff: Timestamp,
-    limit: usize,
-}
-
-impl WriteOp for Cleanup {
-    type Reply = u64;
-
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
-        let old = ids(
-            conn,
-            &sql.ops.dl_closed_before,
-            params![
-                self.cutoff.as_millis(),
-                i64::try_from(self.limit).unwrap_or(i64::MAX)
-            ],
-        )?;
-        let actor = Actor::new("retention", ActorKind::Auto);
-        let mut n = 0;
-        for id in old {
-            apply_action(conn, sql, id, &Action::Purge, &actor, now)?;
-            n += 1;
-        }
-        Ok(n)
-    }
-}
-
-struct PurgeDead(Timestamp);
-
-impl WriteOp for PurgeDead {
-    type Reply = u64;
-
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
-        let dead = ids(conn, &sql.ops.dl_dead_before, [self.0.as_millis()])?;
-        let actor = Actor::new("purge", ActorKind::Library);
-        let mut n = 0;
-        for id in dead {
-            match apply_action(conn, sql, id, &Action::Purge, &actor, now) {
-                Ok(_) => {}
-                // An event without a record (never expected): delete it alone.
-                Err(e) if e.kind() == ErrorKind::NotFound => {
-                    super::payloads::keep_shared(conn, sql, &id.to_string())?;
-                    conn.prepare_cached(&sql.ops.dl_delete_event)?
-                        .execute([id.to_string()])?;
-                }
-                Err(e) => return Err(e),
-            }
-            n += 1;
-        }
-        Ok(n)
-    }
-}
-
-/// The parameters of a bulk dead-letter operation, as stored.
-#[derive(serde::Deserialize)]
-struct BulkParams {
-    filter: DeadLetterFilter,
-    action: Action,
-}
-
-struct BulkChunk {
-    id: String,
-    holder: String,
-    limit: usize,
-    lease: Duration,
-}
-
-impl WriteOp for BulkChunk {
-    type Reply = ChunkReport;
-
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<ChunkReport> {
-        let ops = &sql.ops;
-        type Head = (
-            String,
-            Option<String>,
-            bool,
-            i64,
-            i64,
-            String,
-            String,
-            String,
-            String,
-        );
-        let head: Option<Head> = conn
-            .prepare_cached(&ops.op_holder)?
-            .query_row([&self.id], |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                    r.get(6)?,
-                    r.get(7)?,
-                    r.get(8)?,
-                ))
-            })
-            .optional()?;
-        let (status, holder, cancel, bound, cursor, params_text, _kind, actor_name, actor_kind) =
-            head.ok_or_else(|| Error::NotFound {
-                what: format!("operation {}", self.id),
-            })?;
-        if status != OperationStatus::Running.as_str() || holder.as_deref() != Some(&self.holder) {
-            return Err(Error::Conflict {
-                what: format!("operation {}", self.id),
-                status,
-                message: format!(
-                    "operation {} is not running in this process (another took it over, or it ended)",
-                    self.id
-                ),
-            });
-        }
-        let expires = now.plus(self.lease).as_millis();
-        let progress = |cursor: i64, r: &ChunkReport, st: OperationStatus| -> Result<()> {
-            conn.prepare_cached(&ops.op_progress)?.execute(params![
-                self.id,
-                cursor,
-                r.processed,
-                r.skipped,
-                r.errors,
-                st.as_str(),
-                expires,
-                now.as_millis()
-            ])?;
-            Ok(())
-        };
-        if cancel {
-            progress(cursor, &ChunkReport::default(), OperationStatus::Cancelled)?;
-            return Ok(ChunkReport {
-                finished: true,
-                ..ChunkReport::default()
-            });
-        }
-        let params: BulkParams = serde_json::from_str(&params_text)
-            .map_err(|e| Error::corrupt(format!("the parameters of operation {}", self.id), e))?;
-        let kind: ActorKind = serde_json::from_value(serde_json::Value::String(actor_kind))
-            .map_err(|e| Error::corrupt(format!("the actor of operation {}", self.id), e))?;
-        let actor = Actor::new(actor_name, kind);
-        let (text, args) = ops.dl_chunk(&params.filter, cursor, bound, self.limit);
-        let rows: Vec<(String, i64)> = conn
-            .prepare_cached(&text)?
-            .query_map(rusqlite::params_from_iter(args), |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?
-            .collect::<rusqlite::Result<_>>()?;
-        let mut report = ChunkReport::default();
-        let mut last = cursor;
-        for (id, seq) in &rows {
-            let id: EventId = id.parse()?;
-            match apply_action(conn, sql, id, &params.action, &actor, now) {
-                Ok(_) => report.processed += 1,
-                Err(e) if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::NotFound) => {
-                    report.skipped += 1;
-                }
-                Err(e) => return Err(e),
-            }
-            last = *seq;
-        }
-        report.finished = rows.len() < self.limit;
-        let (cursor, st) = if report.finished {
-            (bound, OperationStatus::Completed)
-        } else {
-            (last, OperationStatus::Running)
-        };
-        progress(cursor, &report, st)?;
-        Ok(report)
-    }
-
-    fn wakes(&self, r: &ChunkReport) -> bool {
-        r.processed > 0
     }
 }
 

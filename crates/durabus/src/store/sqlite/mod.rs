@@ -2,6 +2,8 @@
 //! group commit, and a small pool of read connections. No call blocks the async runtime.
 
 mod checkpoint;
+mod dead_letter_jobs;
+mod dead_letter_rows;
 mod dead_letters;
 mod events;
 pub mod gauges;

@@ -51,11 +51,14 @@ pub(super) fn put<'a>(
 }
 
 /// An event's shared `published` snapshot: its type, payload text and creation time.
-fn shared_of(conn: &Connection, sql: &Sql, id: &str) -> Result<Option<(String, String, i64)>> {
-    Ok(conn
-        .prepare_cached(&sql.ops.pl_shared_get)?
+fn shared_of(
+    conn: &Connection,
+    sql: &Sql,
+    id: &str,
+) -> rusqlite::Result<Option<(String, String, i64)>> {
+    conn.prepare_cached(&sql.ops.pl_shared_get)?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?)
+        .optional()
 }
 
 /// The shared snapshot of event `event_id` compressed into an ordinary one (reads of
@@ -336,10 +339,7 @@ impl PayloadStore for SqliteStore {
                     .prepare_cached(&sql.ops.pl_list)?
                     .query_map([&id], stored_from_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
-                let shared = c
-                    .prepare_cached(&sql.ops.pl_shared_get)?
-                    .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                    .optional()?;
+                let shared = shared_of(c, &sql, &id)?;
                 Ok((list, shared))
             })
             .await?;

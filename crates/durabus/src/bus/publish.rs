@@ -1,0 +1,211 @@
+//! Publishing: `publish`, `enqueue` and batches, with their `published` snapshots and counts.
+
+use serde::Serialize;
+
+use super::EventBus;
+use crate::error::{Error, Result};
+use crate::event::{EventId, EventStatus, NewEvent};
+use crate::payload::NewSnapshot;
+use crate::store::InsertMode;
+
+impl EventBus {
+    /// The `published` snapshots of `events`, when automatic snapshots are on. A snapshot of
+    /// the payload as published is [shared](NewSnapshot::shared) with the event's row where the
+    /// store allows it; a redacted one is compressed here, on the caller's task, not on the
+    /// store's writer.
+    fn published_snapshots(
+        &self,
+        events: &[NewEvent],
+        now: crate::Timestamp,
+    ) -> Result<Vec<NewSnapshot>> {
+        if !self.config().payload_snapshots {
+            return Ok(Vec::new());
+        }
+        let set = self.dispatcher().payload_configs().get();
+        let mut out = Vec::new();
+        for e in events {
+            if let Some(s) = crate::payload::published_snapshot(
+                e.id,
+                &e.event_type,
+                &e.payload,
+                set.resolve(&e.event_type),
+                now,
+            )? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn prepare<T: Serialize + ?Sized>(
+        &self,
+        event_type: &str,
+        payload: &T,
+    ) -> Result<NewEvent> {
+        self.check_open()?;
+        let event = NewEvent::new(event_type, payload)?;
+        self.check_size(&event)?;
+        Ok(event)
+    }
+
+    pub(super) fn check_size(&self, event: &NewEvent) -> Result<()> {
+        event.check(self.config().max_payload_bytes)
+    }
+
+    pub(super) fn map_closed(e: Error) -> Error {
+        match e {
+            Error::StoreClosed => Error::Shutdown,
+            other => other,
+        }
+    }
+
+    /// Stores the event durably, delivers it to the matching handlers, waits for that first
+    /// delivery attempt, and returns the event's id. A failed attempt is retried in the
+    /// background on the retry schedule (the bus must be [`start`](Self::start)ed for that).
+    ///
+    /// Fails with [`Error::InvalidEventType`] (also for the reserved `system.*` types),
+    /// [`Error::InvalidPayload`], [`Error::PayloadTooLarge`] or [`Error::Shutdown`]; nothing is
+    /// stored then.
+    pub async fn publish<T: Serialize + ?Sized>(
+        &self,
+        event_type: &str,
+        payload: &T,
+    ) -> Result<EventId> {
+        let event = self.prepare(event_type, payload)?;
+        self.publish_event(event).await
+    }
+
+    /// [`publish`](Self::publish) for a prepared [`NewEvent`] (with metadata, say, or a
+    /// caller-chosen id: see [`NewEvent::with_id`]). If an event with the same id is already
+    /// stored, nothing is stored or delivered and the id is returned: publishing is
+    /// idempotent, also when two publishes of one id race.
+    pub async fn publish_event(&self, event: NewEvent) -> Result<EventId> {
+        let dispatcher = self.dispatcher().clone();
+        let guard = dispatcher.inflight().enter();
+        self.check_open()?;
+        self.check_size(&event)?;
+        let now = dispatcher.clock().now();
+        let id = event.id;
+        let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
+        // Stored and delivered in one task of its own: if the caller drops this future, the
+        // insert and the delivery still finish and the outcome is recorded, so the event is
+        // never left `processing` with nobody delivering it.
+        let task = tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let inserted = dispatcher
+                .store()
+                .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
+                .await
+                .map_err(Self::map_closed)?;
+            counted(
+                dispatcher.telemetry(),
+                [event.event_type.as_str()],
+                &inserted,
+                started,
+            );
+            // Idempotent publish: an event with this id is already stored (and delivered, or
+            // on its way); it is not delivered again.
+            if inserted.first() == Some(&true) {
+                dispatcher
+                    .deliver(event.into_event(EventStatus::Processing, now))
+                    .await;
+            }
+            drop(guard);
+            Ok(())
+        });
+        match task.await {
+            Ok(result) => result.map(|()| id),
+            Err(e) => Err(Error::Internal(format!("the publish task failed: {e}"))),
+        }
+    }
+
+    /// Stores the event durably and returns its id at once; the background workers deliver it.
+    /// This is the fast path. Fails like [`publish`](Self::publish).
+    pub async fn enqueue<T: Serialize + ?Sized>(
+        &self,
+        event_type: &str,
+        payload: &T,
+    ) -> Result<EventId> {
+        let event = self.prepare(event_type, payload)?;
+        self.enqueue_event(event).await
+    }
+
+    /// [`enqueue`](Self::enqueue) for a prepared [`NewEvent`]. Idempotent like
+    /// [`publish_event`](Self::publish_event): an id already stored is not stored again.
+    pub async fn enqueue_event(&self, event: NewEvent) -> Result<EventId> {
+        self.check_open()?;
+        self.check_size(&event)?;
+        let id = event.id;
+        let now = self.clock().now();
+        let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
+        let event_type = event.event_type.clone();
+        let started = std::time::Instant::now();
+        let inserted = self
+            .store()
+            .insert_with(vec![event], snapshots, InsertMode::Pending, now)
+            .await
+            .map_err(Self::map_closed)?;
+        counted(self.telemetry(), [event_type.as_str()], &inserted, started);
+        Ok(id)
+    }
+
+    /// Batch publish: stores many events in one transaction, all or none, and returns their
+    /// ids at once; the background workers deliver them. Every event is checked first: one bad
+    /// event fails the whole call and nothing is stored. Events whose id is already stored are
+    /// skipped (idempotent), their ids returned like the others.
+    pub async fn enqueue_batch(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
+        self.check_open()?;
+        for event in &events {
+            self.check_size(event)?;
+        }
+        let ids = events.iter().map(|e| e.id).collect();
+        if events.is_empty() {
+            return Ok(ids);
+        }
+        let now = self.clock().now();
+        let snapshots = self.published_snapshots(&events, now)?;
+        let types: Vec<String> = events.iter().map(|e| e.event_type.clone()).collect();
+        let started = std::time::Instant::now();
+        let inserted = self
+            .store()
+            .insert_with(events, snapshots, InsertMode::Pending, now)
+            .await
+            .map_err(Self::map_closed)?;
+        counted(
+            self.telemetry(),
+            types.iter().map(String::as_str),
+            &inserted,
+            started,
+        );
+        Ok(ids)
+    }
+}
+
+/// Counts the events a publish stored (`inserted`: one flag per event, `false` for an id
+/// already stored) and times the insert.
+fn counted<'a>(
+    telemetry: &crate::telemetry::Telemetry,
+    types: impl IntoIterator<Item = &'a str>,
+    inserted: &[bool],
+    started: std::time::Instant,
+) {
+    telemetry.store_call(crate::telemetry::StoreCall::Insert, started.elapsed());
+    let mut run: Option<(&str, u64)> = None;
+    for (event_type, stored) in types.into_iter().zip(inserted) {
+        if !stored {
+            continue;
+        }
+        match &mut run {
+            Some((t, n)) if *t == event_type => *n += 1,
+            _ => {
+                if let Some((t, n)) = run.take() {
+                    telemetry.published(t, n);
+                }
+                run = Some((event_type, 1));
+            }
+        }
+    }
+    if let Some((t, n)) = run {
+        telemetry.published(t, n);
+    }
+}

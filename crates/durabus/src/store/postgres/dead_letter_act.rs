@@ -1,0 +1,231 @@
+//! Acting on dead-letter records on PostgreSQL, set-based: lock and read many records in one
+//! statement, decide each with [`crate::dead_letter::apply`], write the results in a few.
+
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::dead_letter_rows::{opt_ts, u32_col};
+use super::dead_letters::{get, i32_of};
+use super::q;
+use super::sql_ops::PgOpsSql;
+use crate::clock::Timestamp;
+use crate::dead_letter::sum_deltas;
+use crate::dead_letter::{Action, Actor, Change, DeadLetter, State, apply, group_delta};
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::EventId;
+use crate::store::recovery::requeue;
+
+/// A record locked for an action: its lifecycle and group.
+pub(super) struct Locked {
+    pub(super) id: EventId,
+    pub(super) state: State,
+    pub(super) fingerprint: String,
+}
+
+/// What acting on many records did.
+#[derive(Default)]
+pub(super) struct Many {
+    /// Records acted on.
+    pub(super) processed: u64,
+    /// Records passed over, with why.
+    pub(super) skipped: Vec<(EventId, Error)>,
+    /// Whether events went back for delivery.
+    pub(super) requeued: bool,
+}
+
+pub(super) fn opt_i64(t: Option<Timestamp>) -> Option<i64> {
+    t.map(Timestamp::as_millis)
+}
+
+/// Applies `action` by `actor` to the records of `ids` in the caller's transaction, set-based:
+/// the records are locked and read in one statement, [`apply`] decides each in Rust, and the
+/// writes go out as one statement each (requeue, new lifecycles, deletes, group counts).
+/// Records whose state does not allow the action (or that are gone) are skipped with the
+/// reason.
+pub(super) async fn act_many(
+    conn: &mut PgConnection,
+    ops: &PgOpsSql,
+    ids: &[EventId],
+    action: &Action,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<Many> {
+    let mut many = Many::default();
+    if ids.is_empty() {
+        return Ok(many);
+    }
+    let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+    let locked: Vec<Locked> = q(&ops.dl_lock_states)
+        .bind(&raw)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(Locked {
+                id: EventId(r.try_get::<Uuid, _>("event_id")?),
+                state: State {
+                    status: r.try_get::<String, _>("status")?.parse()?,
+                    auto_retry_count: u32_col(r, "auto_retry_count")?,
+                    manual_retry_count: u32_col(r, "manual_retry_count")?,
+                    next_auto_retry_at: opt_ts(r, "next_auto_retry_at")?,
+                    created_at: Timestamp(r.try_get("created_at")?),
+                    last_retry_at: opt_ts(r, "last_retry_at")?,
+                    last_retry_by: r.try_get("last_retry_by")?,
+                    resolved_at: opt_ts(r, "resolved_at")?,
+                    resolved_by: r.try_get("resolved_by")?,
+                    resolution_note: r.try_get("resolution_note")?,
+                    rounds: u32_col(r, "rounds")?,
+                },
+                fingerprint: r.try_get("fingerprint")?,
+            })
+        })
+        .collect::<Result<_>>()?;
+    for id in ids {
+        if !locked.iter().any(|l| l.id == *id) {
+            many.skipped.push((
+                *id,
+                Error::NotFound {
+                    what: format!("dead letter {id}"),
+                },
+            ));
+        }
+    }
+    let mut updates: Vec<(Locked, State, bool)> = Vec::new();
+    let mut deletes: Vec<Locked> = Vec::new();
+    for l in locked {
+        match apply(l.id, &l.state, action, actor, now) {
+            Ok(Change::Update { state, requeue }) => updates.push((l, state, requeue)),
+            Ok(Change::Delete) => deletes.push(l),
+            Err(e) if e.kind() == ErrorKind::Conflict => many.skipped.push((l.id, e)),
+            Err(e) => return Err(e),
+        }
+    }
+    let send: Vec<Uuid> = updates
+        .iter()
+        .filter(|(_, _, r)| *r)
+        .map(|(l, _, _)| l.id.0)
+        .collect();
+    if !send.is_empty() {
+        let reset = requeue();
+        let sent: Vec<Uuid> = q(&ops.dl_requeue_many)
+            .bind(&send)
+            .bind(now.as_millis())
+            .bind(i32_of(reset.retry_count))
+            .bind(reset.clear_errors)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<Uuid, _>(0))
+            .collect::<std::result::Result<_, _>>()?;
+        many.requeued = !sent.is_empty();
+        let (kept, lost): (Vec<_>, Vec<_>) = updates
+            .into_iter()
+            .partition(|(l, _, r)| !*r || sent.contains(&l.id.0));
+        updates = kept;
+        for (l, _, _) in lost {
+            let e = Error::Conflict {
+                what: format!("dead letter {}", l.id),
+                status: l.state.status.as_str().to_owned(),
+                message: format!(
+                    "dead letter {} cannot be retried: its event is no longer in the dead-letter queue",
+                    l.id
+                ),
+            };
+            many.skipped.push((l.id, e));
+        }
+    }
+    if !updates.is_empty() {
+        let col = |f: &dyn Fn(&State) -> Option<i64>| -> Vec<Option<i64>> {
+            updates.iter().map(|(_, s, _)| f(s)).collect()
+        };
+        let text = |f: &dyn Fn(&State) -> Option<String>| -> Vec<Option<String>> {
+            updates.iter().map(|(_, s, _)| f(s)).collect()
+        };
+        q(&ops.dl_set_states)
+            .bind(updates.iter().map(|(l, _, _)| l.id.0).collect::<Vec<_>>())
+            .bind(
+                updates
+                    .iter()
+                    .map(|(_, s, _)| s.status.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                updates
+                    .iter()
+                    .map(|(_, s, _)| i32_of(s.auto_retry_count))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                updates
+                    .iter()
+                    .map(|(_, s, _)| i32_of(s.manual_retry_count))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(col(&|s| opt_i64(s.next_auto_retry_at)))
+            .bind(col(&|s| opt_i64(s.last_retry_at)))
+            .bind(text(&|s| s.last_retry_by.clone()))
+            .bind(col(&|s| opt_i64(s.resolved_at)))
+            .bind(text(&|s| s.resolved_by.clone()))
+            .bind(text(&|s| s.resolution_note.clone()))
+            .bind(
+                updates
+                    .iter()
+                    .map(|(_, s, _)| i32_of(s.rounds))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(now.as_millis())
+            .execute(&mut *conn)
+            .await?;
+    }
+    if !deletes.is_empty() {
+        q(&ops.dl_delete_many)
+            .bind(deletes.iter().map(|l| l.id.0).collect::<Vec<_>>())
+            .execute(&mut *conn)
+            .await?;
+    }
+    let deltas = sum_deltas(
+        updates
+            .iter()
+            .map(|(l, s, _)| group_delta(&l.fingerprint, Some(l.state.status), Some(s.status)))
+            .chain(
+                deletes
+                    .iter()
+                    .map(|l| group_delta(&l.fingerprint, Some(l.state.status), None)),
+            ),
+    );
+    if !deltas.is_empty() {
+        let fps: Vec<&str> = deltas.iter().map(|d| d.fingerprint.as_str()).collect();
+        q(&ops.group_adjust_many)
+            .bind(&fps)
+            .bind(deltas.iter().map(|d| d.count).collect::<Vec<_>>())
+            .bind(deltas.iter().map(|d| d.open).collect::<Vec<_>>())
+            .execute(&mut *conn)
+            .await?;
+        if deltas.iter().any(|d| d.count < 0) {
+            q(&ops.group_prune_many)
+                .bind(&fps)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    many.processed = (updates.len() + deletes.len()) as u64;
+    Ok(many)
+}
+
+/// Applies `action` to the record of `id` in the caller's transaction. Returns the record
+/// after it (`None`: purged) and whether the event went back for delivery; the reason when
+/// its state does not allow the action.
+pub(super) async fn act(
+    conn: &mut PgConnection,
+    ops: &PgOpsSql,
+    id: EventId,
+    action: &Action,
+    actor: &Actor,
+    now: Timestamp,
+) -> Result<(Option<DeadLetter>, bool)> {
+    let mut many = act_many(&mut *conn, ops, &[id], action, actor, now).await?;
+    if let Some((_, e)) = many.skipped.pop() {
+        return Err(e);
+    }
+    Ok((get(conn, ops, id).await?, many.requeued))
+}
