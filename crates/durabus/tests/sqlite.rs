@@ -1002,3 +1002,35 @@ async fn a_published_snapshot_shares_the_events_payload_until_the_row_goes() {
     assert_eq!(bus.payloads().get(id, "published").await.unwrap(), seen);
     bus.shutdown().await.unwrap();
 }
+
+/// A shared snapshot is a mark on its event's row: on its own (without its event) the store
+/// refuses it rather than storing an empty snapshot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shared_snapshot_is_refused_without_its_event() {
+    let (_dir, path) = temp();
+    let bus = EventBus::open(&path).await.unwrap();
+    let shared = durabus::payload::NewSnapshot {
+        event_id: durabus::EventId::new(),
+        event_type: "ship.created".into(),
+        stage: "published".into(),
+        blob: Vec::new(),
+        size_original: 2,
+        flags: durabus::payload::detect::ContentFlags::default(),
+        created_at: Timestamp(1),
+        shared: true,
+    };
+    let err = bus
+        .store()
+        .payload_put(vec![shared.clone()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), durabus::ErrorKind::Internal, "{err}");
+    assert!(
+        bus.payloads()
+            .list(shared.event_id)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    bus.shutdown().await.unwrap();
+}

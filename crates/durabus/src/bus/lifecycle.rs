@@ -86,7 +86,7 @@ impl EventBus {
         Ok(recovered)
     }
 
-    /// Graceful shutdown: new publishes and subscribes fail with [`Error::Shutdown`], the workers
+    /// Graceful shutdown: new publishes and subscribes fail with [`Error::Shutdown`](crate::Error::Shutdown), the workers
     /// stop claiming, in-flight dispatches get up to `shutdown_timeout` to finish, then the store
     /// is closed. Handlers still running after the timeout are abandoned; their events stay
     /// `processing` and are recovered by the next start. Calling it again is harmless.
