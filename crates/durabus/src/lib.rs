@@ -72,6 +72,16 @@ compile_error!(
     "durabus needs a store: enable the `sqlite` feature (the default) or `postgres`, or both"
 );
 
+/// A fail point of the reliability suite: aborts the process here when the `fault-injection`
+/// feature is on and the point is armed (see `fault`); nothing at all otherwise.
+macro_rules! fail_point {
+    ($name:literal) => {{
+        #[cfg(feature = "fault-injection")]
+        $crate::fault::hit($name);
+    }};
+}
+pub(crate) use fail_point;
+
 pub mod breaker;
 mod bus;
 pub mod clock;
@@ -81,6 +91,9 @@ mod dispatch;
 pub mod dlq;
 pub mod error;
 pub mod event;
+#[cfg(feature = "fault-injection")]
+#[doc(hidden)]
+pub mod fault;
 pub mod handler;
 pub mod history;
 pub mod hook;

@@ -111,6 +111,7 @@ impl EventBus {
                     .await;
             }
             drop(guard);
+            crate::fail_point!("publish.before_reply");
             Ok(())
         });
         match task.await {
@@ -140,13 +141,36 @@ impl EventBus {
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
         let event_type = event.event_type.clone();
         let started = std::time::Instant::now();
-        let inserted = self
-            .store()
-            .insert_with(vec![event], snapshots, InsertMode::Pending, now)
-            .await
-            .map_err(Self::map_closed)?;
+        let inserted = self.insert_pending(vec![event], snapshots, now).await?;
         counted(self.telemetry(), [event_type.as_str()], &inserted, started);
+        crate::fail_point!("publish.before_reply");
         Ok(id)
+    }
+
+    /// Stores `events` as pending; one flag per event, `false` for an id already stored.
+    async fn insert_pending(
+        &self,
+        events: Vec<NewEvent>,
+        snapshots: Vec<crate::payload::NewSnapshot>,
+        now: crate::Timestamp,
+    ) -> Result<Vec<bool>> {
+        #[cfg(feature = "torture-broken-ack")]
+        {
+            // Deliberately broken (the reliability suite's self-test): answers before the
+            // events are committed, so a crash right after the answer loses them.
+            let (store, n) = (self.store(), events.len());
+            tokio::spawn(async move {
+                let _ = store
+                    .insert_with(events, snapshots, InsertMode::Pending, now)
+                    .await;
+            });
+            Ok(vec![true; n])
+        }
+        #[cfg(not(feature = "torture-broken-ack"))]
+        self.store()
+            .insert_with(events, snapshots, InsertMode::Pending, now)
+            .await
+            .map_err(Self::map_closed)
     }
 
     /// Batch publish: stores many events in one transaction, all or none, and returns their
@@ -166,17 +190,14 @@ impl EventBus {
         let snapshots = self.published_snapshots(&events, now)?;
         let types: Vec<String> = events.iter().map(|e| e.event_type.clone()).collect();
         let started = std::time::Instant::now();
-        let inserted = self
-            .store()
-            .insert_with(events, snapshots, InsertMode::Pending, now)
-            .await
-            .map_err(Self::map_closed)?;
+        let inserted = self.insert_pending(events, snapshots, now).await?;
         counted(
             self.telemetry(),
             types.iter().map(String::as_str),
             &inserted,
             started,
         );
+        crate::fail_point!("publish.before_reply");
         Ok(ids)
     }
 }

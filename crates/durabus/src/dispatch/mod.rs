@@ -197,6 +197,7 @@ impl Dispatcher {
         outcomes: Vec<Outcome>,
         snapshots: Vec<NewSnapshot>,
     ) -> Result<Vec<bool>> {
+        crate::fail_point!("handler.before_record");
         let started = std::time::Instant::now();
         let result = self
             .store

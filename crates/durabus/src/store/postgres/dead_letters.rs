@@ -542,6 +542,8 @@ impl DeadLetterStore for PgStore {
                     .collect::<Result<_>>()?;
                 let ids: Vec<EventId> = rows.iter().map(|(id, _)| EventId(*id)).collect();
                 let many = act_many(&mut *conn, ops, &ids, &params.action, &actor, now).await?;
+                // The chunk is one set-based statement: "halfway" is after it, before commit.
+                crate::fail_point!("bulk.chunk");
                 let mut report = ChunkReport {
                     processed: many.processed,
                     skipped: many.skipped.len() as u64,

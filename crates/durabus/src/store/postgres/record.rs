@@ -94,7 +94,11 @@ impl PgStore {
                 .fetch_optional(&mut **tx)
                 .await?;
             flags[i] = died.is_some();
+            if matches!(o, Outcome::Retry { .. }) {
+                crate::fail_point!("retry.schedule");
+            }
             if let (Some(_), Outcome::Dead { death, .. }) = (died, o) {
+                crate::fail_point!("dlq.move");
                 super::dead_letters::write_death(
                     tx,
                     &self.sql,

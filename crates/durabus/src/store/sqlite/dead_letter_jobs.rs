@@ -200,7 +200,10 @@ impl WriteOp for BulkChunk {
             .collect::<rusqlite::Result<_>>()?;
         let mut report = ChunkReport::default();
         let mut last = cursor;
-        for (id, seq) in &rows {
+        for (i, (id, seq)) in rows.iter().enumerate() {
+            if i == rows.len() / 2 {
+                crate::fail_point!("bulk.chunk");
+            }
             let id: EventId = id.parse()?;
             match apply_action(conn, sql, id, &params.action, &actor, now) {
                 Ok(_) => report.processed += 1,

@@ -118,6 +118,7 @@ impl WriteOp for Insert {
                 super::payloads::put(conn, sql, of_stored(&own, ids))?;
             }
         }
+        crate::fail_point!("insert.before_commit");
         Ok(stored)
     }
 
@@ -180,14 +181,17 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
             errors,
             delivered,
             next_attempt_at,
-        } => conn.prepare_cached(&sql.record_retry)?.execute(params![
-            id.to_string(),
-            retry_count,
-            json_list(errors)?,
-            json_list(delivered)?,
-            now_ms,
-            next_attempt_at.as_millis()
-        ])?,
+        } => conn
+            .prepare_cached(&sql.record_retry)?
+            .execute(params![
+                id.to_string(),
+                retry_count,
+                json_list(errors)?,
+                json_list(delivered)?,
+                now_ms,
+                next_attempt_at.as_millis()
+            ])
+            .inspect(|_| crate::fail_point!("retry.schedule"))?,
         Outcome::Dead {
             id,
             retry_count,
@@ -209,6 +213,7 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                 )
                 .optional()?;
             if died.is_some() {
+                crate::fail_point!("dlq.move");
                 super::dead_letters::write_death(conn, sql, *id, death, now)?;
             }
             usize::from(died.is_some())

@@ -1,0 +1,304 @@
+//! The child process: publishes at a steady rate and handles events until it is killed, or
+//! drains the store and exits. Everything it promises goes to standard output (the ledger's
+//! protocol); everything its handlers do goes to the delivery log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use durabus::{Event, EventBus, EventStatus, NewEvent, SubscribeOptions};
+
+use crate::check::Kind;
+use crate::ledger::DeliveryLog;
+use crate::target::Target;
+
+/// What a child does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// Publishes and handles (one process, SQLite's usual shape).
+    Both,
+    /// Publishes only.
+    Publisher,
+    /// Handles only.
+    Worker,
+    /// Handles until nothing is pending or processing, shuts down cleanly and exits.
+    Drain,
+}
+
+/// A child's settings (its command line).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChildArgs {
+    /// The store: `sqlite:<path>` or `pg:<schema>@<url>`.
+    #[arg(long)]
+    pub target: String,
+    /// What to do.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// The delivery log.
+    #[arg(long)]
+    pub deliveries: PathBuf,
+    /// This process's life number (one per start).
+    #[arg(long)]
+    pub life: u32,
+    /// Publishing tasks.
+    #[arg(long, default_value_t = 4)]
+    pub publishers: usize,
+    /// Pause of each publishing task between publishes, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub pause_us: u64,
+    /// One event in this many always fails (and ends dead-lettered).
+    #[arg(long, default_value_t = 10)]
+    pub fail_every: u64,
+    /// PostgreSQL lease, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub lease_ms: u64,
+    /// Stop publishing after this many events (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub limit: u64,
+}
+
+/// Prints one protocol line. Rust's standard output is line-buffered: the line is in the
+/// pipe when this returns, so the parent sees it even if the process dies right after.
+fn say(line: std::fmt::Arguments<'_>) {
+    println!("{line}");
+}
+
+/// Runs a child to its end (or its kill).
+pub fn run(args: ChildArgs) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(main(args))
+}
+
+async fn main(args: ChildArgs) -> anyhow::Result<()> {
+    let target = Target::parse(&args.target)?;
+    let delivers = args.role != Role::Publisher;
+    let bus = target
+        .builder(Duration::from_millis(args.lease_ms))
+        .deliver(delivers)
+        .build()
+        .await
+        .context("opening the bus")?;
+    say(format_args!("O"));
+    if delivers {
+        let log = Arc::new(DeliveryLog::open(&args.deliveries, args.life)?);
+        // One subscription per kind: the always-failing one trips its own breaker only.
+        for kind in [Kind::Ok, Kind::Fail] {
+            let log = log.clone();
+            bus.subscribe(
+                kind.event_type(),
+                move |e: Event| {
+                    let log = log.clone();
+                    async move {
+                        log.record(e.id, kind == Kind::Ok);
+                        match kind {
+                            Kind::Ok => Ok(()),
+                            Kind::Fail => Err("this event always fails".into()),
+                        }
+                    }
+                },
+                SubscribeOptions::default().name(kind.event_type()),
+            )
+            .await?;
+        }
+    }
+    let recovered = bus.start().await.context("starting the bus")?;
+    say(format_args!("S {recovered}"));
+    match args.role {
+        Role::Both | Role::Publisher => publish(&bus, &target, &args).await,
+        Role::Worker => std::future::pending().await,
+        Role::Drain => drain(&bus).await,
+    }
+}
+
+/// How the n-th publish of a task is made.
+#[derive(Debug, Clone, Copy)]
+enum Method {
+    Publish,
+    Enqueue,
+    Batch,
+    Outbox,
+}
+
+async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::Result<()> {
+    let counter = Arc::new(AtomicU64::new(0));
+    // The application's own pool, for outbox writes in its own transactions.
+    let pool = match target {
+        Target::Postgres { url, .. } => Some(
+            durabus::sqlx::postgres::PgPoolOptions::new()
+                .max_connections(args.publishers as u32)
+                .connect(url)
+                .await?,
+        ),
+        Target::Sqlite(_) => None,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..args.publishers {
+        let (bus, target, counter) = (bus.clone(), target.clone(), counter.clone());
+        let pool = pool.clone();
+        let (pause, fail_every, limit) = (args.pause_us, args.fail_every.max(1), args.limit);
+        let role = args.role;
+        tasks.spawn(async move {
+            let mut sqlite_conn = None;
+            let mut n = task as u64;
+            loop {
+                let seq = counter.fetch_add(1, Ordering::Relaxed);
+                if limit > 0 && seq >= limit {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                n += 1;
+                let kind = if seq % fail_every == fail_every - 1 {
+                    Kind::Fail
+                } else {
+                    Kind::Ok
+                };
+                // `publish` delivers in the calling process: only where handlers run.
+                let method = match (n % 4, role) {
+                    (0, Role::Both) => Method::Publish,
+                    (0 | 1, _) => Method::Enqueue,
+                    (2, _) => Method::Batch,
+                    _ => Method::Outbox,
+                };
+                let count = if matches!(method, Method::Batch) {
+                    5
+                } else {
+                    1
+                };
+                let events = (0..count)
+                    .map(|i| {
+                        NewEvent::new(kind.event_type(), &serde_json::json!({"seq": seq, "i": i}))
+                    })
+                    .collect::<durabus::Result<Vec<_>>>()?;
+                let list = events
+                    .iter()
+                    .map(|e| e.id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",");
+                say(format_args!("I {} {list}", kind.event_type()));
+                let result = match method {
+                    Method::Publish => bus
+                        .publish_event(events.into_iter().next().context("one")?)
+                        .await
+                        .map(drop),
+                    Method::Enqueue => bus
+                        .enqueue_event(events.into_iter().next().context("one")?)
+                        .await
+                        .map(drop),
+                    Method::Batch => bus.enqueue_batch(events).await.map(drop),
+                    Method::Outbox => {
+                        outbox(&bus, &target, pool.as_ref(), &mut sqlite_conn, events).await
+                    }
+                };
+                match result {
+                    Ok(()) => say(format_args!("A {list}")),
+                    Err(e) => {
+                        say(format_args!("X {}", e.to_string().replace('\n', " ")));
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_micros(pause)).await;
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    // Everything published (a limit was set).
+    if args.role == Role::Both {
+        return drain(bus).await;
+    }
+    std::future::pending().await
+}
+
+/// Writes `events` through the outbox, in a transaction of this process's own connection.
+async fn outbox(
+    bus: &EventBus,
+    target: &Target,
+    pool: Option<&durabus::sqlx::PgPool>,
+    sqlite_conn: &mut Option<durabus::rusqlite::Connection>,
+    events: Vec<NewEvent>,
+) -> durabus::Result<()> {
+    match target {
+        Target::Sqlite(path) => {
+            let outbox = bus.outbox()?;
+            let path = path.clone();
+            let mut conn = match sqlite_conn.take() {
+                Some(c) => c,
+                None => {
+                    let c = durabus::rusqlite::Connection::open(&path)?;
+                    c.busy_timeout(Duration::from_secs(10))?;
+                    c
+                }
+            };
+            // The application's connection is blocking: off the runtime's threads.
+            let (conn, result) = tokio::task::spawn_blocking(move || {
+                let result = (|| {
+                    let tx = conn.transaction_with_behavior(
+                        durabus::rusqlite::TransactionBehavior::Immediate,
+                    )?;
+                    outbox.publish_batch(&tx, events)?;
+                    tx.commit()?;
+                    Ok(())
+                })();
+                (conn, result)
+            })
+            .await
+            .map_err(|e| durabus::Error::Internal(e.to_string()))?;
+            *sqlite_conn = Some(conn);
+            result
+        }
+        Target::Postgres { .. } => {
+            let outbox = bus.pg_outbox()?;
+            let pool = pool.ok_or_else(|| durabus::Error::Internal("no pool".into()))?;
+            let mut tx = pool.begin().await?;
+            outbox
+                .publish_batch(&mut tx, events, bus.clock().now())
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        }
+    }
+}
+
+/// Handles until the store holds nothing pending or processing three looks in a row.
+async fn drain(bus: &EventBus) -> anyhow::Result<()> {
+    let store = bus.store();
+    let mut quiet = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    while quiet < 3 {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the drain did not finish in 5 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let busy: u64 = store
+            .counts()
+            .await?
+            .iter()
+            .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
+            .map(|c| c.count)
+            .sum();
+        quiet = if busy == 0 && bus.in_flight() == 0 {
+            quiet + 1
+        } else {
+            0
+        };
+        if std::env::var_os("TORTURE_VERBOSE").is_some() {
+            eprintln!(
+                "drain: {busy} pending or processing, {} in flight",
+                bus.in_flight()
+            );
+        }
+    }
+    let t = std::time::Instant::now();
+    bus.shutdown().await?;
+    if std::env::var_os("TORTURE_VERBOSE").is_some() {
+        eprintln!("drain: shut down in {:?}", t.elapsed());
+    }
+    say(format_args!("D"));
+    Ok(())
+}

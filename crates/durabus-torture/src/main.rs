@@ -1,0 +1,179 @@
+//! `durabus-torture`: the reliability suite. One command runs every scenario and prints a
+//! table (scenario, cycles, acknowledged, lost, duplicates, faults injected); it fails if any
+//! acknowledged event was lost or any other promise broken. See `docs/RELIABILITY.md`.
+
+mod check;
+mod child;
+mod fleet;
+mod ledger;
+mod scenario;
+mod table;
+mod target;
+mod view;
+
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use crate::scenario::{Row, Settings};
+
+#[derive(Parser)]
+#[command(name = "durabus-torture", about = "The durabus reliability suite")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Lists the scenarios.
+    List,
+    /// A child process of a scenario (started by the suite, not by hand).
+    #[command(hide = true)]
+    Child(child::ChildArgs),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The long form: many more cycles and events (the documented runs).
+    #[arg(long)]
+    long: bool,
+    /// Only these scenarios (comma-separated names from `list`).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Cycles (or events, for the no-fault runs), overriding each scenario's default.
+    #[arg(long)]
+    cycles: Option<u64>,
+    /// PostgreSQL for its scenarios.
+    #[arg(
+        long,
+        env = "DURABUS_TEST_PG_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    pg_url: String,
+    /// Skip the PostgreSQL scenarios.
+    #[arg(long)]
+    no_pg: bool,
+    /// Keep the work directory (databases, logs) here instead of a temporary one.
+    #[arg(long)]
+    keep: Option<std::path::PathBuf>,
+    /// The self-test of a deliberately broken build: succeed only if a loss is reported.
+    #[arg(long)]
+    expect_loss: bool,
+    /// Also write the table as Markdown to this file.
+    #[arg(long)]
+    markdown: Option<std::path::PathBuf>,
+}
+
+type Scenario = fn(&Settings) -> anyhow::Result<Row>;
+
+/// Every scenario: name, whether it needs PostgreSQL, what it does, and the runner.
+const SCENARIOS: &[(&str, bool, &str, Scenario)] = &[
+    (
+        "sqlite-clean",
+        false,
+        "SQLite, no faults: every event handled exactly once",
+        scenario::sqlite_kill::no_faults,
+    ),
+    (
+        "sqlite-kill",
+        false,
+        "SQLite: kill -9 at start, in recovery and while running; integrity_check after each",
+        scenario::sqlite_kill::kill_loop,
+    ),
+];
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Some(Cmd::Child(args)) => child::run(args),
+        Some(Cmd::List) => {
+            for (name, pg, what, _) in SCENARIOS {
+                println!(
+                    "{name:<18} {}{what}",
+                    if *pg { "[PostgreSQL] " } else { "" }
+                );
+            }
+            Ok(())
+        }
+        None => run(cli.run),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    for name in &args.only {
+        anyhow::ensure!(
+            SCENARIOS.iter().any(|(n, ..)| n == name),
+            "unknown scenario {name:?} (see `durabus-torture list`)"
+        );
+    }
+    let tmp = tempfile::tempdir()?;
+    let dir = match &args.keep {
+        Some(d) => {
+            std::fs::create_dir_all(d)?;
+            d.clone()
+        }
+        None => tmp.path().to_owned(),
+    };
+    let settings = Settings {
+        long: args.long,
+        cycles: args.cycles,
+        pg_url: (!args.no_pg).then(|| args.pg_url.clone()),
+        dir,
+    };
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    for (name, pg, _, run) in SCENARIOS {
+        if !args.only.is_empty() && !args.only.iter().any(|n| n == name) {
+            continue;
+        }
+        if *pg && settings.pg_url.is_none() {
+            println!("-- {name}: skipped (--no-pg)");
+            continue;
+        }
+        println!("-- {name} …");
+        let row = match run(&settings) {
+            Ok(row) => row,
+            Err(e) => Row {
+                scenario: (*name).to_owned(),
+                violations: vec![format!("the scenario could not run: {e:#}")],
+                ..Row::default()
+            },
+        };
+        println!("{}", table::line(&row));
+        for v in &row.violations {
+            println!("   ✗ {v}");
+        }
+        rows.push(row);
+    }
+    println!();
+    let text = table::markdown(&rows);
+    println!("{text}");
+    println!(
+        "{} scenarios in {:.0} s",
+        rows.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &args.markdown {
+        std::fs::write(path, &text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.expect_loss {
+        let lost: u64 = rows.iter().map(|r| r.lost).sum();
+        anyhow::ensure!(
+            lost > 0,
+            "the broken build lost nothing the checker could see: the harness cannot fail"
+        );
+        println!("the checker caught the broken build: {lost} acknowledged events lost");
+        return Ok(());
+    }
+    let failed: Vec<&str> = rows
+        .iter()
+        .filter(|r| !r.passed())
+        .map(|r| r.scenario.as_str())
+        .collect();
+    anyhow::ensure!(failed.is_empty(), "failed: {}", failed.join(", "));
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! Where a scenario's events live: a SQLite file or a PostgreSQL schema, and the bus a child or
+//! the checker opens on it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use durabus::{BreakerConfig, BusBuilder, EventBus, PgOptions, RetryPolicy, SchedulerConfig};
+
+/// A store the suite runs against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A SQLite database file.
+    Sqlite(PathBuf),
+    /// A schema of a PostgreSQL database.
+    Postgres {
+        /// Connection URL.
+        url: String,
+        /// Schema (created by the bus).
+        schema: String,
+    },
+}
+
+impl Target {
+    /// `sqlite:<path>` or `pg:<schema>@<url>`.
+    pub fn parse(s: &str) -> anyhow::Result<Target> {
+        if let Some(path) = s.strip_prefix("sqlite:") {
+            return Ok(Target::Sqlite(path.into()));
+        }
+        if let Some(rest) = s.strip_prefix("pg:") {
+            let (schema, url) = rest.split_once('@').context("pg:<schema>@<url>")?;
+            return Ok(Target::Postgres {
+                url: url.to_owned(),
+                schema: schema.to_owned(),
+            });
+        }
+        bail!("unknown target {s:?}: sqlite:<path> or pg:<schema>@<url>")
+    }
+
+    /// The form [`parse`](Self::parse) reads.
+    pub fn arg(&self) -> String {
+        match self {
+            Target::Sqlite(p) => format!("sqlite:{}", p.display()),
+            Target::Postgres { url, schema } => format!("pg:{schema}@{url}"),
+        }
+    }
+
+    /// A builder on this store with the suite's settings: retries in milliseconds (an event
+    /// that always fails is dead-lettered after 3 attempts), no scheduled jobs, breakers that never open, 8 delivery
+    /// slots, a 4-event prefetch, and on PostgreSQL leases of `lease`.
+    pub fn builder(&self, lease: Duration) -> BusBuilder {
+        let b = EventBus::builder();
+        let b = match self {
+            Target::Sqlite(path) => b.sqlite(path),
+            Target::Postgres { url, schema } => b.postgres_with(
+                url.clone(),
+                PgOptions {
+                    schema: schema.clone(),
+                    lease,
+                    max_connections: 6,
+                    ..PgOptions::default()
+                },
+            ),
+        };
+        b.poll_interval(Duration::from_millis(20))
+            .concurrency(SLOTS)
+            .prefetch(PREFETCH)
+            .retry_policy(RetryPolicy {
+                max_retries: 2,
+                base_delay: Duration::from_millis(2),
+                max_delay: Duration::from_millis(20),
+                backoff_multiplier: 2.0,
+            })
+            // Breakers never open: a subscription whose every event fails would otherwise be
+            // paused again and again, and the drain would take minutes. (Their deferrals are
+            // tested by the contract suite.)
+            .breaker(BreakerConfig {
+                min_samples: 1_000_000,
+                ..BreakerConfig::default()
+            })
+            .scheduler(SchedulerConfig {
+                enabled: false,
+                ..SchedulerConfig::default()
+            })
+    }
+
+    /// Opens a bus that neither delivers nor runs jobs: for reading the store.
+    pub async fn reader(&self) -> anyhow::Result<EventBus> {
+        Ok(self
+            .builder(Duration::from_secs(30))
+            .deliver(false)
+            .build()
+            .await?)
+    }
+}
+
+/// Delivery slots of a child's bus.
+pub const SLOTS: usize = 8;
+/// Events a child's bus claims beyond its free slots.
+pub const PREFETCH: usize = 4;
