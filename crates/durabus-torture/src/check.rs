@@ -67,11 +67,9 @@ pub struct History {
     pub deliveries: Vec<Delivery>,
     /// The store after the drain.
     pub stored: HashMap<EventId, Stored>,
-    /// Lives that ended with a kill or an abort (their in-flight deliveries may repeat).
-    pub killed_lives: HashSet<u32>,
-    /// Most deliveries one process may have handled and not yet recorded when it dies:
-    /// its delivery slots plus its prefetch.
-    pub in_flight_bound: u64,
+    /// Lives that ended with a kill or an abort, with the events the store held `processing`
+    /// right after that end: those, and only those, were in flight and may be handled again.
+    pub killed: HashMap<u32, HashSet<EventId>>,
 }
 
 /// The checker's findings.
@@ -177,10 +175,8 @@ pub fn check(h: &History, faults: bool) -> Report {
         }
     }
 
-    // Duplicates: a successful run beyond the first. With faults, each is charged to the life
-    // of the earlier run, which must have been killed, and no life may be charged more than
-    // it could have had in flight.
-    let mut charged: HashMap<u32, u64> = HashMap::new();
+    // Duplicates: a successful run beyond the first. With faults, the earlier run's life must
+    // have been killed with the event still in flight (`processing` in the store right after).
     for (id, lives) in &ok_runs {
         let extra = lives.len().saturating_sub(1) as u64;
         if extra == 0 {
@@ -195,24 +191,16 @@ pub fn check(h: &History, faults: bool) -> Report {
             continue;
         }
         for life in &lives[..lives.len() - 1] {
-            if !h.killed_lives.contains(life) {
-                say(format!(
+            match h.killed.get(life) {
+                None => say(format!(
                     "event {id} was handled again after life {life}, which was not killed"
-                ));
+                )),
+                Some(in_flight) if !in_flight.contains(id) => say(format!(
+                    "event {id} was handled again after life {life}, though it was not in flight when that life was killed"
+                )),
+                Some(_) => {}
             }
-            *charged.entry(*life).or_default() += 1;
         }
-    }
-    let mut over: Vec<(u32, u64)> = charged
-        .into_iter()
-        .filter(|(_, n)| *n > h.in_flight_bound)
-        .collect();
-    over.sort_unstable();
-    for (life, n) in over {
-        say(format!(
-            "{n} events handled in life {life} were handled again: more than the {} it could have had in flight",
-            h.in_flight_bound
-        ));
     }
 
     let total = violations.len();
@@ -257,10 +245,7 @@ mod tests {
 
     /// Three events: 1 and 2 succeed, 3 always fails; all acknowledged and accounted for.
     fn healthy() -> History {
-        let mut h = History {
-            in_flight_bound: 2,
-            ..History::default()
-        };
+        let mut h = History::default();
         for (n, k) in [(1, Kind::Ok), (2, Kind::Ok), (3, Kind::Fail)] {
             h.intended.insert(id(n), k);
             h.acked.insert(id(n));
@@ -387,7 +372,7 @@ mod tests {
     #[test]
     fn duplicates_after_a_kill_are_counted_within_the_bound() {
         let mut h = healthy();
-        h.killed_lives.insert(0);
+        h.killed.insert(0, HashSet::from([id(1), id(2)]));
         h.deliveries.extend([ok_run(1, 1), ok_run(2, 1)]);
         let r = check(&h, true);
         assert!(r.violations.is_empty(), "{:?}", r.violations);
@@ -395,14 +380,14 @@ mod tests {
     }
 
     #[test]
-    fn duplicates_beyond_the_in_flight_bound_are_violations() {
+    fn duplicates_of_events_not_in_flight_at_the_kill_are_violations() {
         let mut h = healthy();
-        h.in_flight_bound = 1;
-        h.killed_lives.insert(0);
+        h.killed.insert(0, HashSet::from([id(1)]));
         h.deliveries.extend([ok_run(1, 1), ok_run(2, 1)]);
         let r = check(&h, true);
+        assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
         assert!(
-            r.violations[0].contains("more than the 1"),
+            r.violations[0].contains("not in flight"),
             "{:?}",
             r.violations
         );

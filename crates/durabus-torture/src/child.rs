@@ -54,9 +54,13 @@ pub struct ChildArgs {
     /// PostgreSQL lease, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub lease_ms: u64,
-    /// Stop publishing after this many events (0: never).
+    /// Stop publishing after this many publishes (0: never).
     #[arg(long, default_value_t = 0)]
     pub limit: u64,
+    /// A draining child does not finish before this file exists (the parent creates it once
+    /// every publisher is done).
+    #[arg(long)]
+    pub wait_file: Option<PathBuf>,
 }
 
 /// Prints one protocol line. Rust's standard output is line-buffered: the line is in the
@@ -80,6 +84,14 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     let bus = target
         .builder(Duration::from_millis(args.lease_ms))
         .deliver(delivers)
+        // Background errors go to standard error, which the parent shows with
+        // TORTURE_VERBOSE set.
+        .on_error(|e| {
+            eprintln!(
+                "bus error ({:?}, retrying: {}): {:#}",
+                e.source, e.retrying, e.error
+            )
+        })
         .build()
         .await
         .context("opening the bus")?;
@@ -111,7 +123,7 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     match args.role {
         Role::Both | Role::Publisher => publish(&bus, &target, &args).await,
         Role::Worker => std::future::pending().await,
-        Role::Drain => drain(&bus).await,
+        Role::Drain => drain(&bus, args.wait_file.as_deref()).await,
     }
 }
 
@@ -208,10 +220,12 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
         done??;
     }
     // Everything published (a limit was set).
+    say(format_args!("P"));
     if args.role == Role::Both {
-        return drain(bus).await;
+        return drain(bus, None).await;
     }
-    std::future::pending().await
+    bus.shutdown().await?;
+    Ok(())
 }
 
 /// Writes `events` through the outbox, in a transaction of this process's own connection.
@@ -265,7 +279,7 @@ async fn outbox(
 }
 
 /// Handles until the store holds nothing pending or processing three looks in a row.
-async fn drain(bus: &EventBus) -> anyhow::Result<()> {
+async fn drain(bus: &EventBus, wait_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     let store = bus.store();
     let mut quiet = 0;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
@@ -282,7 +296,8 @@ async fn drain(bus: &EventBus) -> anyhow::Result<()> {
             .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
             .map(|c| c.count)
             .sum();
-        quiet = if busy == 0 && bus.in_flight() == 0 {
+        let allowed = wait_file.is_none_or(std::path::Path::exists);
+        quiet = if allowed && busy == 0 && bus.in_flight() == 0 {
             quiet + 1
         } else {
             0

@@ -29,6 +29,8 @@ pub enum Signal {
     },
     /// A publish failed; nothing was acknowledged.
     Refused(String),
+    /// A publisher with a limit has published everything.
+    Published,
     /// The drain finished: nothing pending or processing.
     Drained,
     /// Anything else the child said.
@@ -83,6 +85,7 @@ impl Ledger {
                 Some(Signal::Refused(rest.to_owned()))
             }
             "D" => Some(Signal::Drained),
+            "P" => Some(Signal::Published),
             _ => Some(Signal::Other(line.to_owned())),
         })
     }

@@ -70,19 +70,49 @@ struct RunArgs {
 
 type Scenario = fn(&Settings) -> anyhow::Result<Row>;
 
-/// Every scenario: name, whether it needs PostgreSQL, what it does, and the runner.
-const SCENARIOS: &[(&str, bool, &str, Scenario)] = &[
+/// Which runs a scenario belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Needs {
+    /// Runs everywhere.
+    Nothing,
+    /// Needs PostgreSQL.
+    Postgres,
+    /// Needs PostgreSQL and restarts its server: the long form only (or named with `--only`),
+    /// never beside other users of the server.
+    ServerRestart,
+}
+
+/// Every scenario: name, what it needs, what it does, and the runner.
+const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
     (
         "sqlite-clean",
-        false,
+        Needs::Nothing,
         "SQLite, no faults: every event handled exactly once",
         scenario::sqlite_kill::no_faults,
     ),
     (
         "sqlite-kill",
-        false,
+        Needs::Nothing,
         "SQLite: kill -9 at start, in recovery and while running; integrity_check after each",
         scenario::sqlite_kill::kill_loop,
+    ),
+    (
+        "pg-clean",
+        Needs::Postgres,
+        "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",
+        scenario::pg_kill::no_faults,
+    ),
+    (
+        "pg-kill",
+        Needs::Postgres,
+        "PostgreSQL: kill -9 of workers and of the publisher, 1 s leases",
+        scenario::pg_kill::kills,
+    ),
+    (
+        "pg-restart",
+        Needs::ServerRestart,
+        "PostgreSQL: the kill loop with a restart of the server halfway (long form, alone)",
+        scenario::pg_kill::server_restart,
     ),
 ];
 
@@ -91,11 +121,13 @@ fn main() -> anyhow::Result<()> {
     match cli.cmd {
         Some(Cmd::Child(args)) => child::run(args),
         Some(Cmd::List) => {
-            for (name, pg, what, _) in SCENARIOS {
-                println!(
-                    "{name:<18} {}{what}",
-                    if *pg { "[PostgreSQL] " } else { "" }
-                );
+            for (name, needs, what, _) in SCENARIOS {
+                let tag = match needs {
+                    Needs::Nothing => "",
+                    Needs::Postgres => "[PostgreSQL] ",
+                    Needs::ServerRestart => "[PostgreSQL, long form] ",
+                };
+                println!("{name:<18} {tag}{what}");
             }
             Ok(())
         }
@@ -123,14 +155,19 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         cycles: args.cycles,
         pg_url: (!args.no_pg).then(|| args.pg_url.clone()),
         dir,
+        keep: args.keep.is_some(),
     };
     let started = Instant::now();
     let mut rows = Vec::new();
-    for (name, pg, _, run) in SCENARIOS {
-        if !args.only.is_empty() && !args.only.iter().any(|n| n == name) {
+    for (name, needs, _, run) in SCENARIOS {
+        let named = args.only.iter().any(|n| n == name);
+        if !args.only.is_empty() && !named {
             continue;
         }
-        if *pg && settings.pg_url.is_none() {
+        if *needs == Needs::ServerRestart && !args.long && !named {
+            continue;
+        }
+        if *needs != Needs::Nothing && settings.pg_url.is_none() {
             println!("-- {name}: skipped (--no-pg)");
             continue;
         }

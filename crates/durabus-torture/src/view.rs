@@ -81,3 +81,50 @@ pub fn integrity(path: &std::path::Path) -> anyhow::Result<String> {
         .collect::<Result<_, _>>()?;
     Ok(rows.join("; "))
 }
+
+/// The events the store holds `processing` right now: read with plain SQL (SQLite read-only,
+/// so the hot WAL stays for the next life to recover), right after a kill: the events that
+/// process had in flight (on PostgreSQL, with those of the workers still running).
+pub fn processing(target: &Target) -> anyhow::Result<std::collections::HashSet<EventId>> {
+    match target {
+        Target::Sqlite(path) => {
+            use durabus::rusqlite::{Connection, OpenFlags};
+            if !path.exists() {
+                return Ok(Default::default());
+            }
+            let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))?;
+            let exists: bool = conn.query_row(
+                "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'durabus_events'",
+                [],
+                |r| r.get(0),
+            )?;
+            if !exists {
+                return Ok(Default::default());
+            }
+            let ids: Vec<String> = conn
+                .prepare("SELECT id FROM durabus_events WHERE status = 'processing'")?
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<_, _>>()?;
+            ids.iter()
+                .map(|s| Ok(s.parse::<EventId>()?))
+                .collect::<anyhow::Result<_>>()
+        }
+        Target::Postgres { url, schema } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let pool = durabus::sqlx::PgPool::connect(url).await?;
+                let rows: Vec<(uuid::Uuid,)> =
+                    durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
+                        "SELECT id FROM {schema}.events WHERE status = 'processing'"
+                    )))
+                    .fetch_all(&pool)
+                    .await?;
+                pool.close().await;
+                Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
+            })
+        }
+    }
+}

@@ -90,6 +90,7 @@ pub fn hit(name: &'static str) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -1,5 +1,7 @@
 //! The scenarios, each returning one row of the suite's table.
 
+pub mod common;
+pub mod pg_kill;
 pub mod sqlite_kill;
 
 use std::time::Duration;
@@ -45,6 +47,8 @@ pub struct Settings {
     pub pg_url: Option<String>,
     /// Work directory (temporary unless kept).
     pub dir: std::path::PathBuf,
+    /// Whether databases and schemas are kept after the run.
+    pub keep: bool,
 }
 
 impl Settings {

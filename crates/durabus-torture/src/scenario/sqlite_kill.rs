@@ -4,19 +4,16 @@
 //! kill; a final drain with faults off; the checker over it all. And the same without faults:
 //! no loss and no duplicate.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::check::{self, History};
 use crate::child::Role;
 use crate::fleet::{Child, End, Spec};
-use crate::ledger::{Ledger, Signal, read_deliveries};
+use crate::ledger::{Ledger, Signal};
+use crate::scenario::common::{PUBLISHERS, drain, finish};
 use crate::scenario::{Row, Settings};
-use crate::target::{PREFETCH, SLOTS, Target};
+use crate::target::Target;
 use crate::view;
-
-/// Publishing tasks per child.
-const PUBLISHERS: usize = 4;
 
 /// When in a life the kill comes.
 #[derive(Debug, Clone, Copy)]
@@ -43,7 +40,7 @@ pub fn kill_loop(s: &Settings) -> anyhow::Result<Row> {
         env: Vec::new(),
     };
     let mut ledger = Ledger::default();
-    let mut killed = HashSet::new();
+    let mut killed = HashMap::new();
     let mut violations = Vec::new();
     let mut moments = [0u64; 3];
     let mut recovered = 0;
@@ -91,7 +88,7 @@ pub fn kill_loop(s: &Settings) -> anyhow::Result<Row> {
                 "life {life} ended by itself ({end:?}) before its kill"
             ));
         }
-        killed.insert(life);
+        killed.insert(life, view::processing(&target)?);
         if let Target::Sqlite(path) = &target {
             if path.exists() {
                 let verdict = view::integrity(path)?;
@@ -121,8 +118,8 @@ pub fn kill_loop(s: &Settings) -> anyhow::Result<Row> {
     )?;
     row.cycles = cycles;
     row.faults = cycles;
-    row.notes = format!(
-        "kills: {} at start, {} in recovery, {} running; {recovered} recovered; integrity_check ok after each; kills {:.1} s, drain {:.1} s{}",
+    row.notes += &format!(
+        "; kills: {} at start, {} in recovery, {} running; {recovered} recovered; integrity_check ok after each; kills {:.1} s, drain {:.1} s{}",
         moments[0],
         moments[1],
         moments[2],
@@ -166,77 +163,12 @@ pub fn no_faults(s: &Settings) -> anyhow::Result<Row> {
         &target,
         &deliveries,
         ledger,
-        HashSet::new(),
+        HashMap::new(),
         false,
         violations,
     )?;
     row.cycles = 1;
-    row.notes = format!("{events} publishes (batches of 5 count once), drained");
+    row.notes += &format!("; {events} publishes (a batch of 5 is one)");
     row.took = started.elapsed();
     Ok(row)
-}
-
-/// Starts a drain child and waits for it: true if it drained and exited cleanly.
-pub fn drain(
-    target: &Target,
-    deliveries: &std::path::Path,
-    life: u32,
-    ledger: &mut Ledger,
-    violations: &mut Vec<String>,
-) -> anyhow::Result<bool> {
-    let spec = Spec {
-        target,
-        role: Role::Drain,
-        deliveries,
-        args: Vec::new(),
-        env: Vec::new(),
-    };
-    let child = Child::start(&spec, life)?;
-    let end = child.wait(ledger, Duration::from_secs(600))?;
-    if end != End::Exited(0) {
-        violations.push(format!("the drain ended {end:?}"));
-        return Ok(false);
-    }
-    Ok(true)
-}
-
-/// Reads the store and the delivery log and runs the checker.
-pub fn finish(
-    name: &str,
-    target: &Target,
-    deliveries: &std::path::Path,
-    ledger: Ledger,
-    killed_lives: HashSet<u32>,
-    faults: bool,
-    mut violations: Vec<String>,
-) -> anyhow::Result<Row> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let stored = rt.block_on(view::stored(target))?;
-    if let Target::Sqlite(path) = target {
-        let verdict = view::integrity(path)?;
-        if verdict != "ok" {
-            violations.push(format!("final integrity check: {verdict}"));
-        }
-    }
-    let history = History {
-        intended: ledger.intended,
-        acked: ledger.acked,
-        deliveries: read_deliveries(deliveries)?,
-        stored,
-        killed_lives,
-        in_flight_bound: (SLOTS + PREFETCH + PUBLISHERS) as u64,
-    };
-    let report = check::check(&history, faults);
-    violations.extend(report.violations.iter().cloned());
-    Ok(Row {
-        scenario: name.to_owned(),
-        acknowledged: report.acknowledged,
-        lost: report.lost,
-        duplicates: report.duplicates,
-        notes: String::new(),
-        violations,
-        ..Row::default()
-    })
 }

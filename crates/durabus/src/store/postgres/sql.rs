@@ -159,9 +159,17 @@ impl PgSql {
             // Only the leases this process knows it holds (by token): an event whose claim
             // committed but whose reply was lost (connection killed) is not renewed, so its lease
             // runs out and another worker takes it.
+            // Rows another transaction holds are skipped, never waited for: that transaction
+            // is this worker's own outcome write (it ends the lease) or a claim taking over an
+            // expired one. Waiting instead deadlocked with outcome writes that lock the same
+            // rows in another order, and a failed renewal let live leases run out: the events
+            // were handled twice. A skipped row still held next beat is renewed then.
             renew: format!(
                 "UPDATE {s}.events SET lease_expires_at = $2
-                 WHERE status = 'processing' AND lease_owner = $1 AND lease_token = ANY($3)"
+                 WHERE id IN (
+                     SELECT id FROM {s}.events
+                     WHERE status = 'processing' AND lease_owner = $1 AND lease_token = ANY($3)
+                     FOR UPDATE SKIP LOCKED)"
             ),
             subscription_free_name: format!(
                 "DELETE FROM {s}.subscriptions WHERE name = $1 AND id <> $2"
