@@ -57,6 +57,9 @@ pub struct ChildArgs {
     /// Stop publishing after this many publishes (0: never).
     #[arg(long, default_value_t = 0)]
     pub limit: u64,
+    /// Submits a bulk retry of the pending dead letters this often, in milliseconds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub bulk_every_ms: u64,
     /// A draining child does not finish before this file exists (the parent creates it once
     /// every publisher is done).
     #[arg(long)]
@@ -120,6 +123,26 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     }
     let recovered = bus.start().await.context("starting the bus")?;
     say(format_args!("S {recovered}"));
+    if args.bulk_every_ms > 0 {
+        let (bus, every) = (bus.clone(), Duration::from_millis(args.bulk_every_ms));
+        tokio::spawn(async move {
+            let request = durabus::BulkRequest {
+                filter: durabus::DeadLetterFilter {
+                    status: vec![durabus::DeadLetterStatus::Pending],
+                    ..durabus::DeadLetterFilter::default()
+                },
+                action: durabus::Action::Retry,
+                all: false,
+            };
+            let actor = durabus::Actor::new("torture", durabus::ActorKind::Library);
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = bus.dead_letters().submit(&request, &actor).await {
+                    eprintln!("bulk retry not submitted: {e}");
+                }
+            }
+        });
+    }
     match args.role {
         Role::Both | Role::Publisher => publish(&bus, &target, &args).await,
         Role::Worker => std::future::pending().await,

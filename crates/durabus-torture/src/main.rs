@@ -97,6 +97,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::sqlite_kill::kill_loop,
     ),
     (
+        "failpoints",
+        Needs::Nothing,
+        "SQLite: each library fail point armed in turn, the process aborting where it fires",
+        scenario::failpoints::run,
+    ),
+    (
         "pg-clean",
         Needs::Postgres,
         "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",

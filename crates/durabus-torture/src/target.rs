@@ -49,7 +49,11 @@ impl Target {
     /// that always fails is dead-lettered after 3 attempts), no scheduled jobs, breakers that never open, 8 delivery
     /// slots, a 4-event prefetch, and on PostgreSQL leases of `lease`.
     pub fn builder(&self, lease: Duration) -> BusBuilder {
-        let b = EventBus::builder();
+        // Bulk operations start within 50 ms (the fail-point scenario submits them).
+        let b = EventBus::builder().config(durabus::BusConfig {
+            operations_poll: Duration::from_millis(50),
+            ..durabus::BusConfig::default()
+        });
         let b = match self {
             Target::Sqlite(path) => b.sqlite(path),
             Target::Postgres { url, schema } => b.postgres_with(

@@ -39,7 +39,14 @@ fn unknown_scenarios_are_refused() {
 fn the_list_names_every_scenario() {
     let (ok, out) = torture(&["list"]);
     assert!(ok, "{out}");
-    for name in ["sqlite-clean", "sqlite-kill"] {
+    for name in [
+        "sqlite-clean",
+        "sqlite-kill",
+        "failpoints",
+        "pg-clean",
+        "pg-kill",
+        "pg-restart",
+    ] {
         assert!(out.contains(name), "{out}");
     }
 }

@@ -1,6 +1,7 @@
 //! The scenarios, each returning one row of the suite's table.
 
 pub mod common;
+pub mod failpoints;
 pub mod pg_kill;
 pub mod sqlite_kill;
 
