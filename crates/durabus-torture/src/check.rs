@@ -8,31 +8,63 @@ use std::collections::{HashMap, HashSet};
 
 use durabus::{DeadLetterStatus, EventId, EventStatus};
 
-/// Whether an event's handler succeeds or always fails (its payload says so).
+/// What an event's handler does (its type says so).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
-    /// The handler succeeds: the event must end done.
+    /// Succeeds: the event must end done.
     Ok,
-    /// The handler always fails: the event must end in the dead-letter queue.
+    /// Always returns an error: the event must end in the dead-letter queue.
     Fail,
+    /// Always panics: dead-lettered.
+    Panic,
+    /// Never returns (past its timeout): dead-lettered.
+    Hang,
+    /// Blocks its thread for a while (within its timeout), then succeeds: done.
+    Block,
+    /// Blocks its thread past its timeout, then succeeds: either outcome is allowed.
+    Slow,
+    /// Aborts the whole process: dead-lettered after at most `max_retries + 1` crashes.
+    Poison,
 }
 
 impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 7] = [
+        Kind::Ok,
+        Kind::Fail,
+        Kind::Panic,
+        Kind::Hang,
+        Kind::Block,
+        Kind::Slow,
+        Kind::Poison,
+    ];
+
     /// The event type that carries this kind.
     pub fn event_type(self) -> &'static str {
         match self {
             Kind::Ok => "torture.ok",
             Kind::Fail => "torture.fail",
+            Kind::Panic => "torture.panic",
+            Kind::Hang => "torture.hang",
+            Kind::Block => "torture.block",
+            Kind::Slow => "torture.slow",
+            Kind::Poison => "torture.poison",
         }
     }
 
     /// The kind of an event type, if it is one of the suite's.
     pub fn of_type(event_type: &str) -> Option<Kind> {
-        match event_type {
-            "torture.ok" => Some(Kind::Ok),
-            "torture.fail" => Some(Kind::Fail),
-            _ => None,
-        }
+        Kind::ALL.into_iter().find(|k| k.event_type() == event_type)
+    }
+
+    /// Whether the event can never end done.
+    pub fn never_done(self) -> bool {
+        matches!(self, Kind::Fail | Kind::Panic | Kind::Hang | Kind::Poison)
+    }
+
+    /// Whether the event should end done (unless crashes used up its attempts).
+    pub fn should_succeed(self) -> bool {
+        matches!(self, Kind::Ok | Kind::Block)
     }
 }
 
@@ -153,7 +185,7 @@ pub fn check(h: &History, faults: bool) -> Report {
                 ) {
                     say(format!("event {id} is done and an open dead letter"));
                 }
-                if *kind == Kind::Fail {
+                if kind.never_done() {
                     say(format!("event {id} always fails, yet it is done"));
                 }
                 if !ok_runs.contains_key(id) {
@@ -167,7 +199,7 @@ pub fn check(h: &History, faults: bool) -> Report {
                 if s.dead_letter.is_none() {
                     say(format!("event {id} is dead without a dead-letter record"));
                 }
-                if *kind == Kind::Ok {
+                if kind.should_succeed() {
                     r.crash_exhausted += 1;
                 }
             }

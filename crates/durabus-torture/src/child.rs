@@ -51,6 +51,13 @@ pub struct ChildArgs {
     /// One event in this many always fails (and ends dead-lettered).
     #[arg(long, default_value_t = 10)]
     pub fail_every: u64,
+    /// Event kinds: `basic` (succeeding and always-failing ones) or `handlers` (also
+    /// panicking, hanging, thread-blocking and too-slow handlers).
+    #[arg(long, default_value = "basic")]
+    pub mix: String,
+    /// Publish one poison event (its handler aborts the process) before anything else.
+    #[arg(long)]
+    pub poison: bool,
     /// PostgreSQL lease, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub lease_ms: u64,
@@ -64,6 +71,44 @@ pub struct ChildArgs {
     /// every publisher is done).
     #[arg(long)]
     pub wait_file: Option<PathBuf>,
+}
+
+/// Every handler's time limit.
+const HANDLER_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// What the handler of `kind` does with an event. Every run is logged before it ends (a
+/// hanging or aborting run as a failure, logged before it hangs or aborts).
+async fn handle(kind: Kind, id: durabus::EventId, log: &DeliveryLog) -> durabus::HandlerResult {
+    match kind {
+        Kind::Ok => {
+            log.record(id, true);
+            Ok(())
+        }
+        Kind::Fail => {
+            log.record(id, false);
+            Err("this event always fails".into())
+        }
+        Kind::Panic => {
+            log.record(id, false);
+            panic!("this handler always panics");
+        }
+        Kind::Hang => {
+            log.record(id, false);
+            std::future::pending().await
+        }
+        Kind::Block | Kind::Slow => {
+            // Deliberately blocking the runtime's thread, as a careless handler would.
+            let ms = if kind == Kind::Block { 20 } else { 300 };
+            std::thread::sleep(Duration::from_millis(ms));
+            log.record(id, true);
+            Ok(())
+        }
+        Kind::Poison => {
+            log.record(id, false);
+            eprintln!("poison event {id}: aborting the process");
+            std::process::abort()
+        }
+    }
 }
 
 /// Prints one protocol line. Rust's standard output is line-buffered: the line is in the
@@ -101,22 +146,18 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     say(format_args!("O"));
     if delivers {
         let log = Arc::new(DeliveryLog::open(&args.deliveries, args.life)?);
-        // One subscription per kind: the always-failing one trips its own breaker only.
-        for kind in [Kind::Ok, Kind::Fail] {
+        // One subscription per kind: a failing kind's breaker and retries are its own.
+        for kind in Kind::ALL {
             let log = log.clone();
             bus.subscribe(
                 kind.event_type(),
                 move |e: Event| {
                     let log = log.clone();
-                    async move {
-                        log.record(e.id, kind == Kind::Ok);
-                        match kind {
-                            Kind::Ok => Ok(()),
-                            Kind::Fail => Err("this event always fails".into()),
-                        }
-                    }
+                    async move { handle(kind, e.id, &log).await }
                 },
-                SubscribeOptions::default().name(kind.event_type()),
+                SubscribeOptions::default()
+                    .name(kind.event_type())
+                    .timeout(HANDLER_TIMEOUT),
             )
             .await?;
         }
@@ -160,6 +201,21 @@ enum Method {
 }
 
 async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::Result<()> {
+    if args.poison {
+        let event = NewEvent::new(
+            Kind::Poison.event_type(),
+            &serde_json::json!({"poison": true}),
+        )?;
+        let id = event.id;
+        say(format_args!("I {} {id}", Kind::Poison.event_type()));
+        bus.enqueue_event(event).await?;
+        say(format_args!("A {id}"));
+    }
+    anyhow::ensure!(
+        matches!(args.mix.as_str(), "basic" | "handlers"),
+        "unknown mix {:?}",
+        args.mix
+    );
     let counter = Arc::new(AtomicU64::new(0));
     // The application's own pool, for outbox writes in its own transactions.
     let pool = match target {
@@ -177,6 +233,7 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
         let pool = pool.clone();
         let (pause, fail_every, limit) = (args.pause_us, args.fail_every.max(1), args.limit);
         let role = args.role;
+        let handlers_mix = args.mix == "handlers";
         tasks.spawn(async move {
             let mut sqlite_conn = None;
             let mut n = task as u64;
@@ -186,7 +243,16 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
                     return Ok::<(), anyhow::Error>(());
                 }
                 n += 1;
-                let kind = if seq % fail_every == fail_every - 1 {
+                let kind = if handlers_mix {
+                    match seq % 20 {
+                        0 => Kind::Panic,
+                        1 => Kind::Hang,
+                        2 => Kind::Block,
+                        3 => Kind::Slow,
+                        4 => Kind::Fail,
+                        _ => Kind::Ok,
+                    }
+                } else if seq % fail_every == fail_every - 1 {
                     Kind::Fail
                 } else {
                     Kind::Ok

@@ -103,6 +103,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::failpoints::run,
     ),
     (
+        "handlers",
+        Needs::Nothing,
+        "SQLite: handlers that panic, hang, block their thread; a poison event that aborts the process",
+        scenario::handlers::run,
+    ),
+    (
         "pg-clean",
         Needs::Postgres,
         "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",

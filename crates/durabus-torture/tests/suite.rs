@@ -43,6 +43,7 @@ fn the_list_names_every_scenario() {
         "sqlite-clean",
         "sqlite-kill",
         "failpoints",
+        "handlers",
         "pg-clean",
         "pg-kill",
         "pg-restart",

@@ -2,6 +2,7 @@
 
 pub mod common;
 pub mod failpoints;
+pub mod handlers;
 pub mod pg_kill;
 pub mod sqlite_kill;
 
