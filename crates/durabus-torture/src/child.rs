@@ -58,6 +58,9 @@ pub struct ChildArgs {
     /// Publish one poison event (its handler aborts the process) before anything else.
     #[arg(long)]
     pub poison: bool,
+    /// SQLite: how long a write waits for the write lock before it fails, in milliseconds.
+    #[arg(long)]
+    pub lock_timeout_ms: Option<u64>,
     /// PostgreSQL lease, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub lease_ms: u64,
@@ -130,7 +133,10 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     let target = Target::parse(&args.target)?;
     let delivers = args.role != Role::Publisher;
     let bus = target
-        .builder(Duration::from_millis(args.lease_ms))
+        .builder_with(
+            Duration::from_millis(args.lease_ms),
+            args.lock_timeout_ms.map(Duration::from_millis),
+        )
         .deliver(delivers)
         // Background errors go to standard error, which the parent shows with
         // TORTURE_VERBOSE set.

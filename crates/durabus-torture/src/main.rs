@@ -109,6 +109,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::handlers::run,
     ),
     (
+        "storage",
+        Needs::Nothing,
+        "SQLite: write lock held briefly and too long, a full disk, a read-only and a corrupted file",
+        scenario::storage::run,
+    ),
+    (
         "pg-clean",
         Needs::Postgres,
         "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",

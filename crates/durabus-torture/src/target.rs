@@ -49,13 +49,27 @@ impl Target {
     /// that always fails is dead-lettered after 3 attempts), no scheduled jobs, breakers that never open, 8 delivery
     /// slots, a 4-event prefetch, and on PostgreSQL leases of `lease`.
     pub fn builder(&self, lease: Duration) -> BusBuilder {
+        self.builder_with(lease, None)
+    }
+
+    /// [`builder`](Self::builder), with SQLite's wait for the write lock set.
+    pub fn builder_with(&self, lease: Duration, lock_timeout: Option<Duration>) -> BusBuilder {
         // Bulk operations start within 50 ms (the fail-point scenario submits them).
         let b = EventBus::builder().config(durabus::BusConfig {
             operations_poll: Duration::from_millis(50),
             ..durabus::BusConfig::default()
         });
         let b = match self {
-            Target::Sqlite(path) => b.sqlite(path),
+            Target::Sqlite(path) => match lock_timeout {
+                Some(lock_timeout) => b.sqlite_with(
+                    path,
+                    durabus::SqliteOptions {
+                        lock_timeout,
+                        ..durabus::SqliteOptions::default()
+                    },
+                ),
+                None => b.sqlite(path),
+            },
             Target::Postgres { url, schema } => b.postgres_with(
                 url.clone(),
                 PgOptions {

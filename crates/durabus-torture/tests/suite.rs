@@ -44,6 +44,7 @@ fn the_list_names_every_scenario() {
         "sqlite-kill",
         "failpoints",
         "handlers",
+        "storage",
         "pg-clean",
         "pg-kill",
         "pg-restart",

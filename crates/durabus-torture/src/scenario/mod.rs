@@ -5,6 +5,7 @@ pub mod failpoints;
 pub mod handlers;
 pub mod pg_kill;
 pub mod sqlite_kill;
+pub mod storage;
 
 use std::time::Duration;
 
