@@ -115,6 +115,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::storage::run,
     ),
     (
+        "hostile",
+        Needs::Nothing,
+        "Payload edge cases, SQL and LIKE metacharacters in every dead-letter filter, a pathological glob",
+        scenario::hostile::run,
+    ),
+    (
         "pg-clean",
         Needs::Postgres,
         "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",

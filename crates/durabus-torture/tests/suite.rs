@@ -45,6 +45,7 @@ fn the_list_names_every_scenario() {
         "failpoints",
         "handlers",
         "storage",
+        "hostile",
         "pg-clean",
         "pg-kill",
         "pg-restart",
