@@ -182,7 +182,7 @@ async fn on_store(target: &Target, row: &mut Row) -> anyhow::Result<String> {
         .await
     {
         Ok(_) => say("a payload over the limit was accepted".into()),
-        Err(e) if matches!(e, durabus::Error::PayloadTooLarge { .. }) => {}
+        Err(durabus::Error::PayloadTooLarge { .. }) => {}
         Err(e) => say(format!(
             "a payload over the limit: {e} (expected PayloadTooLarge)"
         )),
