@@ -61,6 +61,9 @@ pub struct ChildArgs {
     /// SQLite: how long a write waits for the write lock before it fails, in milliseconds.
     #[arg(long)]
     pub lock_timeout_ms: Option<u64>,
+    /// Publish only batches of this many events (0: mix every way of publishing).
+    #[arg(long, default_value_t = 0)]
+    pub batch: usize,
     /// PostgreSQL lease, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub lease_ms: u64,
@@ -240,6 +243,7 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
         let (pause, fail_every, limit) = (args.pause_us, args.fail_every.max(1), args.limit);
         let role = args.role;
         let handlers_mix = args.mix == "handlers";
+        let batch = args.batch;
         tasks.spawn(async move {
             let mut sqlite_conn = None;
             let mut n = task as u64;
@@ -270,10 +274,10 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
                     (2, _) => Method::Batch,
                     _ => Method::Outbox,
                 };
-                let count = if matches!(method, Method::Batch) {
-                    5
-                } else {
-                    1
+                let (method, count) = match batch {
+                    0 if matches!(method, Method::Batch) => (method, 5),
+                    0 => (method, 1),
+                    n => (Method::Batch, n),
                 };
                 let events = (0..count)
                     .map(|i| {

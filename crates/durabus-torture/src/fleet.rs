@@ -102,6 +102,11 @@ impl Child {
         })
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.proc.id()
+    }
+
     /// Reads output into `ledger` until `until` is seen, the child ends, or `timeout` passes.
     /// Returns whether `until` was seen.
     pub fn pump_until(

@@ -121,6 +121,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::hostile::run,
     ),
     (
+        "load",
+        Needs::Nothing,
+        "SQLite: 100,000 events (1,000,000 in the long form) sustained; RSS, open files and WAL bounded",
+        scenario::load::run,
+    ),
+    (
         "pg-clean",
         Needs::Postgres,
         "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",

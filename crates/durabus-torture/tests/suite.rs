@@ -46,6 +46,7 @@ fn the_list_names_every_scenario() {
         "handlers",
         "storage",
         "hostile",
+        "load",
         "pg-clean",
         "pg-kill",
         "pg-restart",

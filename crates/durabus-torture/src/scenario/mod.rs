@@ -4,6 +4,7 @@ pub mod common;
 pub mod failpoints;
 pub mod handlers;
 pub mod hostile;
+pub mod load;
 pub mod pg_kill;
 pub mod sqlite_kill;
 pub mod storage;
