@@ -381,12 +381,15 @@ async fn outbox(
 async fn drain(bus: &EventBus, wait_file: Option<&std::path::Path>) -> anyhow::Result<()> {
     let store = bus.store();
     let mut quiet = 0;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
+    // Five minutes from when draining may finish (the wait file, if any, exists).
+    let mut deadline: Option<tokio::time::Instant> = None;
     while quiet < 3 {
-        anyhow::ensure!(
-            tokio::time::Instant::now() < deadline,
-            "the drain did not finish in 5 minutes"
-        );
+        if let Some(deadline) = deadline {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the drain did not finish in 5 minutes"
+            );
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
         let busy: u64 = store
             .counts()
@@ -396,6 +399,9 @@ async fn drain(bus: &EventBus, wait_file: Option<&std::path::Path>) -> anyhow::R
             .map(|c| c.count)
             .sum();
         let allowed = wait_file.is_none_or(std::path::Path::exists);
+        if allowed && deadline.is_none() {
+            deadline = Some(tokio::time::Instant::now() + Duration::from_secs(300));
+        }
         quiet = if allowed && busy == 0 && bus.in_flight() == 0 {
             quiet + 1
         } else {
