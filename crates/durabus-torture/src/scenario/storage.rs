@@ -216,7 +216,9 @@ fn start_on(
         .arg(Target::Sqlite(path.to_owned()).arg())
         .args(["--role", "drain", "--life", "0"])
         .arg("--deliveries")
-        .arg(deliveries);
+        .arg(deliveries)
+        // The error as a user sees it, without a backtrace.
+        .env("RUST_BACKTRACE", "0");
     if let Some(uid) = uid {
         use std::os::unix::process::CommandExt;
         cmd.uid(uid).gid(uid);
