@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
-use durabus::{Event, EventBus, EventStatus, NewEvent, SubscribeOptions};
+use durabus::{Event, EventBus, NewEvent, SubscribeOptions};
 
 use crate::check::Kind;
 use crate::ledger::DeliveryLog;
@@ -73,6 +73,10 @@ pub struct ChildArgs {
     /// Submits a bulk retry of the pending dead letters this often, in milliseconds (0: never).
     #[arg(long, default_value_t = 0)]
     pub bulk_every_ms: u64,
+    /// Handlers of events meant to succeed take this long (awaiting, not blocking), so that a
+    /// frozen process is caught in the middle of its handlers.
+    #[arg(long, default_value_t = 0)]
+    pub handler_ms: u64,
     /// A draining child does not finish before this file exists (the parent creates it once
     /// every publisher is done).
     #[arg(long)]
@@ -84,9 +88,17 @@ const HANDLER_TIMEOUT: Duration = Duration::from_millis(200);
 
 /// What the handler of `kind` does with an event. Every run is logged before it ends (a
 /// hanging or aborting run as a failure, logged before it hangs or aborts).
-async fn handle(kind: Kind, id: durabus::EventId, log: &DeliveryLog) -> durabus::HandlerResult {
+async fn handle(
+    kind: Kind,
+    id: durabus::EventId,
+    log: &DeliveryLog,
+    work: Duration,
+) -> durabus::HandlerResult {
     match kind {
         Kind::Ok => {
+            if !work.is_zero() {
+                tokio::time::sleep(work).await;
+            }
             log.record(id, true);
             Ok(())
         }
@@ -156,13 +168,14 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     if delivers {
         let log = Arc::new(DeliveryLog::open(&args.deliveries, args.life)?);
         // One subscription per kind: a failing kind's breaker and retries are its own.
+        let work = Duration::from_millis(args.handler_ms);
         for kind in Kind::ALL {
             let log = log.clone();
             bus.subscribe(
                 kind.event_type(),
                 move |e: Event| {
                     let log = log.clone();
-                    async move { handle(kind, e.id, &log).await }
+                    async move { handle(kind, e.id, &log, work).await }
                 },
                 SubscribeOptions::default()
                     .name(kind.event_type())
@@ -391,13 +404,11 @@ async fn drain(bus: &EventBus, wait_file: Option<&std::path::Path>) -> anyhow::R
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-        let busy: u64 = store
-            .counts()
-            .await?
-            .iter()
-            .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
-            .map(|c| c.count)
-            .sum();
+        // The gauges count pending and processing events on their partial indexes: a poll
+        // every 50 ms must not scan the whole history (a read that long, back to back, would
+        // keep the WAL from ever being emptied; see the store's `wal_limit`).
+        let gauges = store.gauges(durabus::Timestamp::now()).await?;
+        let busy = gauges.pending + gauges.processing;
         let allowed = wait_file.is_none_or(std::path::Path::exists);
         if allowed && deadline.is_none() {
             deadline = Some(tokio::time::Instant::now() + Duration::from_secs(300));

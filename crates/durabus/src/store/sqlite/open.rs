@@ -61,6 +61,12 @@ impl SqliteStore {
                 "watch_interval must be at least 1 ms (or None to turn it off)".into(),
             ));
         }
+        if options.wal_limit < 1 << 20 {
+            return Err(Error::InvalidConfig(format!(
+                "wal_limit must be at least 1 MiB (1048576 bytes), not {}",
+                options.wal_limit
+            )));
+        }
         if path.as_os_str().is_empty() {
             return Err(Error::InvalidConfig(
                 "the SQLite store needs a file path (or :memory:)".into(),
@@ -153,9 +159,12 @@ impl SqliteStore {
             every,
             wake: wake.clone(),
         });
+        let limit = options.wal_limit;
+        let truncation = Arc::new(checkpoint::Truncation::new(busy));
+        let ask = truncation.clone();
         std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
-            .spawn(move || checkpoint::run(cp_target, busy, flag, checkpoint_rx, watch))
+            .spawn(move || checkpoint::run(cp_target, busy, limit, flag, ask, checkpoint_rx, watch))
             .map_err(|e| Error::Internal(format!("cannot start the checkpoint thread: {e}")))?;
         let writer = Writer {
             conn,
@@ -166,6 +175,7 @@ impl SqliteStore {
             stats: stats.clone(),
             checkpoint: checkpoint_tx,
             committed,
+            truncation,
         };
         std::thread::Builder::new()
             .name("durabus-sqlite-writer".into())

@@ -35,6 +35,9 @@ pub(super) struct Writer {
     pub stats: Arc<super::WriteStats>,
     pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Stop>,
     pub committed: Arc<std::sync::atomic::AtomicBool>,
+    /// Asked for by the checkpoint thread when the WAL is past its limit: a `TRUNCATE`
+    /// checkpoint between two groups (see checkpoint.rs).
+    pub truncation: Arc<super::checkpoint::Truncation>,
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -94,6 +97,7 @@ impl Writer {
             if !batch.is_empty() {
                 self.commit_group(std::mem::take(&mut batch));
             }
+            self.truncation.serve(&self.conn);
         }
         // Fail whatever raced with the close, then drop the connection (which closes it).
         while let Ok(msg) = self.rx.try_recv() {
