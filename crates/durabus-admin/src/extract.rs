@@ -70,10 +70,61 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct Path<T>(pub T);
 
-/// Query parameters.
-#[derive(Debug, FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
+/// Query parameters: `400` when they do not parse, or when a value is not UTF-8 once
+/// percent-decoded (rather than silently replacing the bytes, as form decoding would, and
+/// filtering on the result).
+#[derive(Debug)]
 pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        if let Some(query) = parts.uri.query()
+            && !decodes_to_utf8(query)
+        {
+            return Err(ApiError::malformed(
+                "the query string is not UTF-8 once percent-decoded",
+            ));
+        }
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Query(value))
+    }
+}
+
+/// Whether `query` percent-decodes to UTF-8 (`%` not followed by two hex digits stays as it
+/// is, as in form decoding).
+fn decodes_to_utf8(query: &str) -> bool {
+    let bytes = query.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                decoded.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                decoded.push(b);
+                i += 1;
+            }
+        }
+    }
+    std::str::from_utf8(&decoded).is_ok()
+}
+
 
 impl From<PathRejection> for ApiError {
     fn from(r: PathRejection) -> ApiError {
@@ -84,5 +135,21 @@ impl From<PathRejection> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(r: QueryRejection) -> ApiError {
         ApiError::malformed(r.body_text())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decodes_to_utf8;
+
+    #[test]
+    fn percent_decoding_to_utf8_is_checked() {
+        assert!(decodes_to_utf8("event_type=order.*&limit=5"));
+        assert!(decodes_to_utf8("event_type=caf%C3%A9"));
+        assert!(decodes_to_utf8("note=100%"));
+        assert!(decodes_to_utf8("note=%zz%2"));
+        assert!(!decodes_to_utf8("event_type=%FF"));
+        assert!(!decodes_to_utf8("subscription=pay%C3%28"));
+        assert!(!decodes_to_utf8("event_type=%ED%A0%80"));
     }
 }

@@ -3,38 +3,13 @@
 //! route is behind a token and every write behind an admin token.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+#[macro_use]
 mod support;
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 use support::*;
-
-/// Runs each scenario on a fresh SQLite bus and a fresh PostgreSQL schema.
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let api = crate::support::Api::sqlite().await;
-                    super::$name(&api).await;
-                    api.finish().await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $name() {
-                    let Some(api) = crate::support::Api::postgres().await else { return };
-                    super::$name(&api).await;
-                    api.finish().await;
-                }
-            )*
-        }
-    };
-}
 
 both!(
     every_route_needs_a_token_and_every_write_an_admin_token,

@@ -18,7 +18,7 @@ struct Cli {
         env = "DURABUS_DB",
         default_value = "./durabus.db"
     )]
-    db: String,
+    db: std::path::PathBuf,
     /// The PostgreSQL schema holding durabus's tables.
     #[arg(
         long,
@@ -112,7 +112,9 @@ fn main() -> ExitCode {
         }
     };
     let db = cmd::Db {
-        target: cli.db,
+        // A URL is text; a file path may be any bytes (kept as they are in `path`).
+        target: cli.db.to_string_lossy().into_owned(),
+        path: cli.db,
         table_prefix: cli.table_prefix,
         schema: cli.schema,
     };

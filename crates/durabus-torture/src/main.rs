@@ -139,6 +139,18 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::pg_kill::kills,
     ),
     (
+        "pg-failpoints",
+        Needs::Postgres,
+        "PostgreSQL: each library fail point armed in turn, the process aborting where it fires",
+        scenario::failpoints::postgres,
+    ),
+    (
+        "pg-stall",
+        Needs::Postgres,
+        "PostgreSQL: workers frozen past their lease mid-handler, then thawed; late outcomes fenced off",
+        scenario::pg_stall::run,
+    ),
+    (
         "pg-restart",
         Needs::ServerRestart,
         "PostgreSQL: the kill loop with a restart of the server halfway (long form, alone)",

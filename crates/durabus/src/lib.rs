@@ -131,7 +131,7 @@ pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscripti
 pub use history::History;
 pub use hook::{BusError, ErrorHook, ErrorSource};
 pub use metrics::{MetricsSnapshot, TypeMetrics};
-pub use operation::{Operation, OperationStatus};
+pub use operation::{OPERATION_KINDS, Operation, OperationStatus};
 pub use ops::{
     ConfigInput, JobConfig, Operations, Payloads, ReplayHooks, Replays, RunOptions, Scheduler,
     SchedulerConfig,

@@ -16,6 +16,15 @@ use crate::clock::Timestamp;
 use crate::dead_letter::Actor;
 use crate::error::{Error, Result};
 
+/// Every kind of operation there is: a replay, and each bulk dead-letter action.
+pub const OPERATION_KINDS: [&str; 5] = [
+    crate::replay::KIND,
+    "dead_letters.retry",
+    "dead_letters.resolve",
+    "dead_letters.abandon",
+    "dead_letters.purge",
+];
+
 /// Where an operation is.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -77,6 +77,7 @@ macro_rules! all_contract_tests {
             history::finished_events_are_counted_per_minute,
             store::stats_count_by_status_type_and_retries,
             store::release_returns_claimed_events_without_an_attempt,
+            store::any_metadata_and_payload_text_comes_back_exactly,
             publish::system_types_are_reserved_for_the_bus,
             lifecycle::finalize_failures_are_counted_like_handler_failures,
             lifecycle::dead_letters_from_interrupted_attempts_are_counted,

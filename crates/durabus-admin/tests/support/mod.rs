@@ -217,3 +217,30 @@ pub fn assert_error(got: &(StatusCode, Value), status: StatusCode, code: &str) {
     assert!(got.1["error"]["message"].is_string(), "{}", got.1);
     assert!(got.1["error"].get("details").is_some(), "{}", got.1);
 }
+
+/// Runs each scenario on a fresh SQLite bus and a fresh PostgreSQL schema.
+#[allow(unused_macros)]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let api = crate::support::Api::sqlite().await;
+                    super::$name(&api).await;
+                    api.finish().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(api) = crate::support::Api::postgres().await else { return };
+                    super::$name(&api).await;
+                    api.finish().await;
+                }
+            )*
+        }
+    };
+}

@@ -58,8 +58,11 @@ fn passwd_name() -> Option<String> {
 /// The database the command works on: an SQLite file, or a PostgreSQL URL.
 #[derive(Debug, Clone)]
 pub struct Db {
-    /// The file path or the `postgres://` URL.
+    /// The file path or the `postgres://` URL, as text (a path that is not UTF-8 is shown
+    /// with replacement characters here; [`path`](Self::path) keeps its bytes).
     pub target: String,
+    /// The SQLite file, byte for byte as given.
+    pub path: std::path::PathBuf,
     /// The prefix of durabus's table names in an SQLite file.
     pub table_prefix: String,
     /// The schema of durabus's tables in PostgreSQL.
@@ -74,7 +77,7 @@ impl Db {
 
     /// The SQLite file.
     pub fn path(&self) -> &Path {
-        Path::new(&self.target)
+        &self.path
     }
 
     /// Whether the database may already hold events (an SQLite file that exists; PostgreSQL

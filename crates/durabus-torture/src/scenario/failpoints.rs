@@ -1,7 +1,8 @@
 //! Crash points: each fail point of the library (see `durabus::fault::POINTS`) armed in turn,
-//! with a probability per hit, in a SQLite child that publishes, handles, dead-letters and
+//! with a probability per hit, in a child that publishes, handles, dead-letters and
 //! bulk-retries dead letters; the child aborts (`SIGABRT`) when the point fires, or is killed
-//! after a few seconds if it did not. Then a drain with faults off and the checker.
+//! after a few seconds if it did not. Then a drain with faults off and the checker. On SQLite
+//! (with `integrity_check` after every life) and on PostgreSQL.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -26,12 +27,24 @@ fn probability(point: &str) -> f64 {
     }
 }
 
-/// The scenario.
+/// The scenario on SQLite.
 pub fn run(s: &Settings) -> anyhow::Result<Row> {
+    let target = Target::Sqlite(s.dir.join("failpoints.db"));
+    on(s, &target, "sqlite fail points")
+}
+
+/// The scenario on PostgreSQL.
+pub fn postgres(s: &Settings) -> anyhow::Result<Row> {
+    let (_schema, target) = crate::scenario::pg_kill::Schema::new(s, "failpoints")?;
+    on(s, &target, "postgres fail points")
+}
+
+fn on(s: &Settings, target: &Target, name: &str) -> anyhow::Result<Row> {
     let started = Instant::now();
     let per_point = s.cycles(4, 30);
-    let target = Target::Sqlite(s.dir.join("failpoints.db"));
-    let deliveries = s.dir.join("failpoints.deliveries");
+    let deliveries = s
+        .dir
+        .join(format!("failpoints-{}.deliveries", fastrand::u32(..)));
     let mut ledger = Ledger::default();
     let mut violations = Vec::new();
     let mut killed = HashMap::new();
@@ -41,7 +54,7 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         let mut n = 0;
         for _ in 0..per_point {
             let spec = Spec {
-                target: &target,
+                target,
                 role: Role::Both,
                 deliveries: &deliveries,
                 args: vec![
@@ -67,12 +80,14 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
                     violations.push(format!("life {life} ({point}) exited with {code}"))
                 }
             }
-            killed.insert(life, view::processing(&target)?);
-            let verdict = view::integrity(&s.dir.join("failpoints.db"))?;
-            if verdict != "ok" {
-                violations.push(format!(
-                    "integrity check after life {life} ({point}): {verdict}"
-                ));
+            killed.insert(life, view::processing(target)?);
+            if let Target::Sqlite(path) = target {
+                let verdict = view::integrity(path)?;
+                if verdict != "ok" {
+                    violations.push(format!(
+                        "integrity check after life {life} ({point}): {verdict}"
+                    ));
+                }
             }
             life += 1;
         }
@@ -83,16 +98,8 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         }
         fired.push((point, n));
     }
-    drain(&target, &deliveries, life, &mut ledger, &mut violations)?;
-    let mut row = finish(
-        "sqlite fail points",
-        &target,
-        &deliveries,
-        ledger,
-        killed,
-        true,
-        violations,
-    )?;
+    drain(target, &deliveries, life, &mut ledger, &mut violations)?;
+    let mut row = finish(name, target, &deliveries, ledger, killed, true, violations)?;
     row.cycles = u64::from(life);
     row.faults = fired.iter().map(|(_, n)| n).sum();
     row.notes += &format!(

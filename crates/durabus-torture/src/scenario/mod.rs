@@ -6,6 +6,7 @@ pub mod handlers;
 pub mod hostile;
 pub mod load;
 pub mod pg_kill;
+pub mod pg_stall;
 pub mod sqlite_kill;
 pub mod storage;
 

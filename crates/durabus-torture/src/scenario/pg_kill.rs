@@ -16,19 +16,19 @@ use crate::scenario::{Row, Settings};
 use crate::target::Target;
 
 /// Worker processes.
-const WORKERS: usize = 3;
+pub(crate) const WORKERS: usize = 3;
 /// Lease of a worker on the events it claimed, in milliseconds.
-const LEASE_MS: &str = "1000";
+pub(crate) const LEASE_MS: &str = "1000";
 
 /// A fresh schema on `url`, dropped when this is dropped (unless kept).
-struct Schema {
+pub(crate) struct Schema {
     url: String,
     name: String,
     keep: bool,
 }
 
 impl Schema {
-    fn new(s: &Settings, what: &str) -> anyhow::Result<(Schema, Target)> {
+    pub(crate) fn new(s: &Settings, what: &str) -> anyhow::Result<(Schema, Target)> {
         let url = s.pg_url.clone().context("no PostgreSQL URL")?;
         let name = format!("torture_{what}_{:08x}", fastrand::u32(..));
         let target = Target::Postgres {
@@ -71,7 +71,11 @@ impl Drop for Schema {
     }
 }
 
-fn spec<'a>(target: &'a Target, role: Role, deliveries: &'a std::path::Path) -> Spec<'a> {
+pub(crate) fn spec<'a>(
+    target: &'a Target,
+    role: Role,
+    deliveries: &'a std::path::Path,
+) -> Spec<'a> {
     Spec {
         target,
         role,
@@ -87,7 +91,7 @@ fn spec<'a>(target: &'a Target, role: Role, deliveries: &'a std::path::Path) -> 
 }
 
 /// Starts `spec` as the next life and waits for it to be up.
-fn up(
+pub(crate) fn up(
     spec: &Spec<'_>,
     life: &mut u32,
     ledger: &mut Ledger,
@@ -105,7 +109,11 @@ fn up(
 }
 
 /// Reads every child's output for about `time`.
-fn pump_all(children: &mut [Child], ledger: &mut Ledger, time: Duration) -> anyhow::Result<()> {
+pub(crate) fn pump_all(
+    children: &mut [Child],
+    ledger: &mut Ledger,
+    time: Duration,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + time;
     while Instant::now() < deadline {
         for c in children.iter_mut() {

@@ -90,14 +90,21 @@ impl Operations {
             })
     }
 
-    /// Operations, newest first (at most `limit`; only `status` and only `kind`, such as
-    /// `replay` or `dead_letters.retry`, if given).
+    /// Operations, newest first (at most `limit`; only `status` and only `kind`, one of
+    /// [`OPERATION_KINDS`](crate::OPERATION_KINDS) such as `replay` or `dead_letters.retry`,
+    /// if given). An unknown kind is [`Error::InvalidConfig`].
     pub async fn list(
         &self,
         status: Option<OperationStatus>,
         kind: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Operation>> {
+        if let Some(kind) = kind.filter(|k| !crate::OPERATION_KINDS.contains(k)) {
+            return Err(Error::InvalidConfig(format!(
+                "unknown operation kind {kind:?}; expected one of {}",
+                crate::OPERATION_KINDS.join(", ")
+            )));
+        }
         self.store.operation_list(status, kind, limit).await
     }
 

@@ -202,6 +202,8 @@ impl Inserter {
         let lease = claimed.then_some((self.worker.as_str(), token, self.lease_ms));
         let channel = (!claimed).then_some(self.channel.as_str());
         let mut conn = self.pool.acquire().await?;
+        // One statement stores and commits in one go here: the point fires just before it.
+        crate::fail_point!("insert.before_commit");
         let stored = insert_rows(&mut conn, &self.sql, &rows, lease, channel).await?;
         if claimed {
             let mut held = crate::sync::lock(&self.held);

@@ -1,0 +1,102 @@
+//! Handlers outliving their lease on PostgreSQL: three workers whose handlers take a while and
+//! a publisher; now and then a worker is frozen (`SIGSTOP`) for longer than its lease, so the
+//! others take its events over, then thawed (`SIGCONT`): its handlers finish after their lease
+//! and its late outcomes must be refused (fencing). The stalled worker's events may run twice,
+//! nothing else may, and nothing acknowledged may be lost.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+use crate::child::Role;
+use crate::fleet::Child;
+use crate::ledger::Ledger;
+use crate::scenario::common::{drain, finish};
+use crate::scenario::pg_kill::{LEASE_MS, Schema, WORKERS, pump_all, spec, up};
+use crate::scenario::{Row, Settings};
+
+/// How long a handler of a succeeding event takes, in milliseconds.
+const HANDLER_MS: &str = "40";
+
+/// Sends `signal` (`STOP` or `CONT`) to `child`.
+fn signal(child: &Child, signal: &str) -> anyhow::Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.pid().to_string()])
+        .status()
+        .context("running kill")?;
+    anyhow::ensure!(status.success(), "kill -{signal} failed: {status}");
+    Ok(())
+}
+
+/// The scenario.
+pub fn run(s: &Settings) -> anyhow::Result<Row> {
+    let started = Instant::now();
+    let stalls = s.cycles(6, 40);
+    let (_schema, target) = Schema::new(s, "stall")?;
+    let deliveries = s
+        .dir
+        .join(format!("pg-stall-{}.deliveries", fastrand::u32(..)));
+    let mut ledger = Ledger::default();
+    let mut violations = Vec::new();
+    let mut stalled: HashMap<u32, HashSet<durabus::EventId>> = HashMap::new();
+    let mut life = 0;
+    let mut worker = spec(&target, Role::Worker, &deliveries);
+    worker
+        .args
+        .extend(["--handler-ms".into(), HANDLER_MS.into()]);
+    let publisher = spec(&target, Role::Publisher, &deliveries);
+    let mut children = vec![up(&publisher, &mut life, &mut ledger, &mut violations)?];
+    for _ in 0..WORKERS {
+        children.push(up(&worker, &mut life, &mut ledger, &mut violations)?);
+    }
+    let lease = Duration::from_millis(LEASE_MS.parse()?);
+    for _ in 0..stalls {
+        pump_all(
+            &mut children,
+            &mut ledger,
+            Duration::from_millis(fastrand::u64(200..600)),
+        )?;
+        let victim = fastrand::usize(1..children.len());
+        signal(&children[victim], "STOP")?;
+        // What the frozen worker holds stays `processing` until its lease runs out: that is
+        // what may run twice.
+        let held = crate::view::processing(&target)?;
+        stalled
+            .entry(children[victim].life)
+            .or_default()
+            .extend(held);
+        // Frozen for longer than a lease: the others take its events over meanwhile.
+        let freeze = lease + Duration::from_millis(fastrand::u64(300..1200));
+        pump_all(&mut children, &mut ledger, freeze)?;
+        signal(&children[victim], "CONT")?;
+    }
+    // Let the thawed workers finish their late runs, then stop everyone and drain.
+    pump_all(&mut children, &mut ledger, Duration::from_millis(500))?;
+    for child in children {
+        let who = child.life;
+        child.kill(&mut ledger)?;
+        stalled
+            .entry(who)
+            .or_default()
+            .extend(crate::view::processing(&target)?);
+    }
+    let drained = drain(&target, &deliveries, life, &mut ledger, &mut violations)?;
+    let mut row = finish(
+        "postgres, handlers outliving their lease",
+        &target,
+        &deliveries,
+        ledger,
+        stalled,
+        true,
+        violations,
+    )?;
+    row.cycles = stalls;
+    row.faults = stalls;
+    row.notes += &format!(
+        "; {WORKERS} workers + 1 publisher, lease {LEASE_MS} ms, handlers {HANDLER_MS} ms; each stall freezes a worker 1.3–2.2 s{}",
+        if drained { "" } else { "; drain FAILED" }
+    );
+    row.took = started.elapsed();
+    Ok(row)
+}
