@@ -125,7 +125,6 @@ fn decodes_to_utf8(query: &str) -> bool {
     std::str::from_utf8(&decoded).is_ok()
 }
 
-
 impl From<PathRejection> for ApiError {
     fn from(r: PathRejection) -> ApiError {
         ApiError::malformed(r.body_text())

@@ -403,9 +403,9 @@ async fn drain(bus: &EventBus, wait_file: Option<&std::path::Path>) -> anyhow::R
                 "the drain did not finish in 5 minutes"
             );
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
         // The gauges count pending and processing events on their partial indexes: a poll
-        // every 50 ms must not scan the whole history (a read that long, back to back, would
+        // must not scan the whole history (a read that long, back to back, would
         // keep the WAL from ever being emptied; see the store's `wal_limit`).
         let gauges = store.gauges(durabus::Timestamp::now()).await?;
         let busy = gauges.pending + gauges.processing;

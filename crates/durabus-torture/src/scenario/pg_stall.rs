@@ -59,17 +59,44 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         )?;
         let victim = fastrand::usize(1..children.len());
         signal(&children[victim], "STOP")?;
+        if std::env::var_os("TORTURE_VERBOSE").is_some() {
+            eprintln!(
+                "froze life {} at {}",
+                children[victim].life,
+                durabus::Timestamp::now().as_millis()
+            );
+        }
         // What the frozen worker holds stays `processing` until its lease runs out: that is
-        // what may run twice.
+        // what may run twice. A statement it sent just before it froze (a claim) may still be
+        // running on the server, so look a moment later; its leases have at least two thirds
+        // of their time left (renewed every third), so none has been taken over yet.
+        pump_all(&mut children, &mut ledger, Duration::from_millis(200))?;
         let held = crate::view::processing(&target)?;
         stalled
             .entry(children[victim].life)
             .or_default()
             .extend(held);
         // Frozen for longer than a lease: the others take its events over meanwhile.
-        let freeze = lease + Duration::from_millis(fastrand::u64(300..1200));
+        let freeze = lease + Duration::from_millis(fastrand::u64(100..1000));
         pump_all(&mut children, &mut ledger, freeze)?;
         signal(&children[victim], "CONT")?;
+        if std::env::var_os("TORTURE_VERBOSE").is_some() {
+            eprintln!(
+                "thawed life {} at {}",
+                children[victim].life,
+                durabus::Timestamp::now().as_millis()
+            );
+        }
+        // A claim the worker had started before it froze (waiting for a connection, say) runs
+        // now with the time it took before the freeze: its leases are born expired, and the
+        // others may take those events over while the thawed worker runs them. They too were
+        // in flight across the fault.
+        pump_all(&mut children, &mut ledger, Duration::from_millis(200))?;
+        let claimed = crate::view::processing(&target)?;
+        stalled
+            .entry(children[victim].life)
+            .or_default()
+            .extend(claimed);
     }
     // Let the thawed workers finish their late runs, then stop everyone and drain.
     pump_all(&mut children, &mut ledger, Duration::from_millis(500))?;

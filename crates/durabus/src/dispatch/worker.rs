@@ -19,23 +19,35 @@ use crate::shutdown::Shutdown;
 use crate::store::Outcome;
 
 /// An outcome (and its snapshot) on its way to the store, with the in-flight guard that makes
-/// shutdown wait for the write.
-type Finished = (Attempted, InFlightGuard);
+/// shutdown wait for the write and its place among the outcomes not yet recorded.
+type Finished = (Attempted, InFlightGuard, OwnedSemaphorePermit);
 
 /// Most outcomes written in one store call.
 const COMPLETION_BATCH: usize = 1024;
+
+/// Most deliveries started whose outcomes are not yet recorded. When the store writes outcomes
+/// slowly (lock waits, a bloated table), the loop stops claiming at this many instead of
+/// claiming on as handlers finish: every event it holds is one more lease to renew and one
+/// more outcome waiting, and on PostgreSQL the renewals then slow the writes further. The
+/// reliability suite saw 3,900 held events and a drain at a crawl before this bound.
+const UNRECORDED_MAX: usize = COMPLETION_BATCH;
 
 /// Writes finished deliveries' outcomes in batches: one store call for all that are waiting.
 /// Ends when every sender (the loop and each delivery) is gone.
 async fn complete(dispatcher: Arc<Dispatcher>, mut rx: mpsc::UnboundedReceiver<Finished>) {
     let mut buf = Vec::with_capacity(COMPLETION_BATCH);
     while rx.recv_many(&mut buf, COMPLETION_BATCH).await > 0 {
-        let (attempts, guards): (Vec<Attempted>, Vec<InFlightGuard>) = buf.drain(..).unzip();
+        let mut attempts = Vec::with_capacity(buf.len());
+        let mut held = Vec::with_capacity(buf.len());
+        for (attempt, guard, permit) in buf.drain(..) {
+            attempts.push(attempt);
+            held.push((guard, permit));
+        }
         let (outcomes, snapshots): (Vec<Outcome>, Vec<_>) = attempts.into_iter().unzip();
         dispatcher
             .record(outcomes, snapshots.into_iter().flatten().collect())
             .await;
-        drop(guards);
+        drop(held);
     }
 }
 
@@ -100,6 +112,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     let store = dispatcher.store().clone();
     let clock = dispatcher.clock().clone();
     let slots = Arc::new(Semaphore::new(config.concurrency));
+    let unrecorded = Arc::new(Semaphore::new(UNRECORDED_MAX));
     let wake = store.wakeups();
     let mut jumps = clock.jumps();
     let mut failures = 0u32;
@@ -113,6 +126,11 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         if shutdown.is_shutdown() {
             break;
         }
+        // Room for one more outcome waiting to be written, then a free delivery slot.
+        let write = tokio::select! {
+            p = unrecorded.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = shutdown.recv() => break,
+        };
         let slot = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = shutdown.recv() => break,
@@ -148,7 +166,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                     queue.extend(events);
                 }
                 Err(e) => {
-                    drop(slot);
+                    drop((slot, write));
                     failures = failures.saturating_add(1);
                     let pause = Duration::from_millis(10u64 << failures.min(8));
                     tracing::error!(error = %e, kind = %e.kind(), ?pause, "claiming due events failed; retrying");
@@ -162,7 +180,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 }
             }
             if queue.is_empty() {
-                drop(slot);
+                drop((slot, write));
                 let sleep_for = match store.next_due().await {
                     Ok(Some(due)) => clock.now().until(due).min(config.poll_interval),
                     _ => config.poll_interval,
@@ -180,7 +198,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             spawn_delivery(
                 &dispatcher,
                 event,
-                slot,
+                (slot, write),
                 finished.clone(),
                 pacer.finished.clone(),
             );
@@ -201,7 +219,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
 fn spawn_delivery(
     dispatcher: &Arc<Dispatcher>,
     event: Event,
-    slot: OwnedSemaphorePermit,
+    (slot, write): (OwnedSemaphorePermit, OwnedSemaphorePermit),
     finished: mpsc::UnboundedSender<Finished>,
     count: Arc<AtomicU64>,
 ) {
@@ -215,7 +233,7 @@ fn spawn_delivery(
         drop(slot);
         // The completer outlives every sender; if it is gone the runtime is stopping and the
         // event is recovered on the next start.
-        let _ = finished.send((outcome, guard));
+        let _ = finished.send((outcome, guard, write));
     });
 }
 

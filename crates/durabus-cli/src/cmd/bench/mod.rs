@@ -6,6 +6,8 @@ mod dlq;
 mod harness;
 mod history;
 mod metrics;
+mod pg_limits;
+mod pg_workers;
 mod pipeline;
 mod postgres;
 mod publish;
@@ -55,7 +57,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, api, recovery, rss, history; PostgreSQL: publish, e2e, latency, dlq
+    /// replay, metrics, api, recovery, rss, history; PostgreSQL: limits, publish, e2e, latency, dlq
     /// (with the admin API figure), bulk); the others are reported as 0. For profiling one path
     /// at a time.
     #[arg(long, value_delimiter = ',')]

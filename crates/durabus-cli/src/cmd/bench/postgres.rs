@@ -3,20 +3,17 @@
 //! of double completions and lost events, and the publish-to-handler latency across processes.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use durabus::sqlx::{self, AssertSqlSafe, Row};
+use durabus::sqlx::{self, AssertSqlSafe};
 use durabus::{EventBus, NewEvent};
 use serde::Serialize;
 
 use super::harness::{
     batches, enqueue_batches, enqueue_concurrently, enqueue_sequentially, median, percentile,
 };
+use super::pg_workers::{Workers, wait_completed};
 use crate::cmd::Db;
 use crate::cmd::worker::now_us;
 
@@ -58,6 +55,9 @@ pub struct PgReport {
     /// The publishers' p99 during the bulk run, and before it (ms).
     pub bulk_publish_p99_ms: f64,
     pub bulk_baseline_p99_ms: f64,
+    /// The raw limits of the same run (`limits` group): each figure above is also a ratio to
+    /// its limit.
+    pub limits: Option<super::pg_limits::Limits>,
     pub runs: usize,
     pub seconds: f64,
 }
@@ -70,7 +70,8 @@ pub struct Plan {
     pub runs: usize,
     pub quick: bool,
     pub verbose: bool,
-    /// Only these groups (publish, e2e, dlq (with the admin API figure), bulk); all if empty.
+    /// Only these groups (limits, publish, e2e, latency, dlq (with the admin API figure),
+    /// bulk); all if empty.
     pub only: Vec<String>,
 }
 
@@ -123,6 +124,16 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         runs: plan.runs,
         ..PgReport::default()
     };
+    if plan.wants("limits") {
+        say(
+            &plan,
+            "the raw limits: one-row commits, unnest and COPY inserts, claim + complete",
+        );
+        let target = fresh(db);
+        let limits = super::pg_limits::measure(&target, plan.quick).await;
+        drop_schema(&target).await?;
+        r.limits = Some(limits?);
+    }
     if plan.wants("publish") {
         say(&plan, "publish, one caller awaiting each commit");
         r.publish_seq_eps = publish_runs(db, &plan, async |bus| {
@@ -336,124 +347,6 @@ struct EndToEnd {
     latencies_us: Vec<f64>,
 }
 
-/// Worker processes of the bench, stopped (stdin closed, then waited for) on drop.
-pub struct Workers {
-    children: Vec<Child>,
-    pub reports: Vec<PathBuf>,
-    _dir: tempfile::TempDir,
-}
-
-impl Workers {
-    /// Starts `n` `durabus bench-worker` processes on `db` and waits until each is ready.
-    pub fn start(db: &Db, n: usize, extra: &[&str]) -> anyhow::Result<Workers> {
-        let exe = std::env::current_exe().context("cannot find the durabus binary")?;
-        let dir = tempfile::tempdir()?;
-        let mut children = Vec::with_capacity(n);
-        let mut reports = Vec::with_capacity(n);
-        for k in 0..n {
-            let report = dir.path().join(format!("worker-{k}.txt"));
-            let mut child = Command::new(&exe)
-                .args([
-                    "--db",
-                    &db.target,
-                    "--schema",
-                    &db.schema,
-                    "bench-worker",
-                    "--report",
-                ])
-                .arg(&report)
-                .args(extra)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .context("cannot start a bench-worker process")?;
-            let stdout = child.stdout.take().context("no stdout from the worker")?;
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line)?;
-            anyhow::ensure!(line.trim() == "ready", "worker {k} did not start: {line:?}");
-            children.push(child);
-            reports.push(report);
-        }
-        Ok(Workers {
-            children,
-            reports,
-            _dir: dir,
-        })
-    }
-
-    /// Closes every worker's stdin and waits for it to shut down.
-    pub fn stop(&mut self) -> anyhow::Result<()> {
-        for c in &mut self.children {
-            drop(c.stdin.take());
-        }
-        for c in &mut self.children {
-            let status = c.wait()?;
-            anyhow::ensure!(status.success(), "a worker exited with {status}");
-        }
-        self.children.clear();
-        Ok(())
-    }
-
-    /// Every report line: (event id, latency µs if the event carried a send time).
-    pub fn handled(&self) -> anyhow::Result<Vec<(String, Option<f64>)>> {
-        let mut out = Vec::new();
-        for path in &self.reports {
-            let Ok(text) = std::fs::read_to_string(path) else {
-                continue;
-            };
-            for line in text.lines() {
-                let mut parts = line.split(' ');
-                let id = parts.next().unwrap_or_default().to_owned();
-                let latency = parts.next().and_then(|l| l.parse::<f64>().ok());
-                out.push((id, latency));
-            }
-        }
-        Ok(out)
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// Events in the event log of `db` (completed).
-pub async fn completed(pool: &sqlx::PgPool, db: &Db) -> anyhow::Result<i64> {
-    Ok(sqlx::query(AssertSqlSafe(format!(
-        "SELECT count(*) FROM \"{}\".event_log",
-        db.schema
-    )))
-    .fetch_one(pool)
-    .await?
-    .try_get(0)?)
-}
-
-/// Waits until `n` events are in the event log, for at most `limit`.
-pub async fn wait_completed(
-    pool: &sqlx::PgPool,
-    db: &Db,
-    n: i64,
-    limit: Duration,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + limit;
-    loop {
-        let done = completed(pool, db).await?;
-        if done >= n {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {done} of {n} events completed within {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Samples taken by the latency run (the quick run takes fewer).
 const LATENCY_SAMPLES: u64 = 2_000;
 
@@ -597,5 +490,44 @@ pub fn print_table(r: &PgReport) {
     ];
     for (name, value, target) in rows {
         println!("{name:<36}  {value:>12}  {target}");
+    }
+    if let Some(l) = &r.limits {
+        println!();
+        println!(
+            "{:<36}  {:>12}  library figure as a share of it",
+            "raw limit (same run)", "ev/s"
+        );
+        let ratio = |x: f64, limit: f64| {
+            if x > 0.0 && limit > 0.0 {
+                format!("{:.2}", x / limit)
+            } else {
+                "—".into()
+            }
+        };
+        let rows = [
+            (
+                "one-row INSERT, one commit each",
+                l.one_row_commit_eps,
+                ratio(r.publish_seq_eps, l.one_row_commit_eps) + " (publish, 1 caller)",
+            ),
+            (
+                "INSERT … unnest, 1,000 rows",
+                l.unnest_insert_eps,
+                ratio(r.publish_batch_eps, l.unnest_insert_eps) + " (publish, batch)",
+            ),
+            (
+                "COPY, 1,000 rows",
+                l.copy_insert_eps,
+                ratio(r.publish_batch_eps, l.copy_insert_eps) + " (publish, batch)",
+            ),
+            (
+                "claim 100 + complete, 4 callers",
+                l.claim_complete_eps,
+                ratio(r.e2e_eps, l.claim_complete_eps) + " (end to end)",
+            ),
+        ];
+        for (name, eps, share) in rows {
+            println!("{name:<36}  {eps:>12.0}  {share}");
+        }
     }
 }

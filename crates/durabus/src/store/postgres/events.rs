@@ -57,6 +57,9 @@ impl EventStore for PgStore {
         let token = Uuid::now_v7();
         let holding = self.held_tokens();
         let cost = interrupted(Interruption::LeaseExpired);
+        let asked = std::time::Instant::now();
+        let mut conn = self.pool.acquire().await?;
+        let lease_from = super::heartbeat::lease_start(now, asked.elapsed(), self.lease_ms);
         let rows = q(&self.sql.claim)
             .bind(now.as_millis())
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -67,8 +70,10 @@ impl EventStore for PgStore {
             .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
             .bind(cost.note)
             .bind(WORKER_PLACEHOLDER)
-            .fetch_all(&self.pool)
+            .bind(lease_from.as_millis())
+            .fetch_all(&mut *conn)
             .await?;
+        drop(conn);
         {
             // Held from here on, even if a row fails to decode below: its lease is renewed and
             // it can be released, instead of waiting out the lease.

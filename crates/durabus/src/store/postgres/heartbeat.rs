@@ -28,6 +28,20 @@ pub(super) struct Beat {
     held: Arc<Mutex<HashMap<EventId, Uuid>>>,
 }
 
+/// When a statement that sets leases waited for its connection a quarter of the lease or more
+/// (a busy pool, a paused process), its leases count from when it got one, not from the time
+/// it was asked for: counted from then, they could be born expired, and another worker would
+/// take the events over while this one runs them. Shorter waits change nothing, so times stay
+/// exact under an injected clock.
+pub(super) fn lease_start(now: Timestamp, waited: Duration, lease_ms: i64) -> Timestamp {
+    let quarter = Duration::from_millis(u64::try_from(lease_ms / 4).unwrap_or(0));
+    if waited >= quarter {
+        now.plus(waited)
+    } else {
+        now
+    }
+}
+
 impl Beat {
     /// Renews the leases of every token this process holds.
     async fn renew(&self, now: Timestamp) -> Result<()> {
@@ -37,15 +51,19 @@ impl Beat {
         }
         tokens.sort_unstable();
         tokens.dedup();
+        let asked = std::time::Instant::now();
+        let mut conn = self.pool.acquire().await?;
+        let from = lease_start(now, asked.elapsed(), self.lease_ms);
         q(&self.sql.renew)
             .bind(&self.worker)
-            .bind(now.as_millis().saturating_add(self.lease_ms))
+            .bind(from.as_millis().saturating_add(self.lease_ms))
             .bind(&tokens)
-            .execute(&self.pool)
+            .execute(&mut *conn)
             .await?;
         Ok(())
     }
 }
+
 
 /// Renews leases every `beat.every` until aborted (the store's close).
 pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::ErrorHook) {
@@ -82,5 +100,23 @@ impl PgStore {
     pub async fn heartbeat(&self, now: Timestamp) -> Result<()> {
         self.check()?;
         self.beat().renew(now).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lease_start;
+    use crate::clock::Timestamp;
+    use std::time::Duration;
+
+    #[test]
+    fn a_long_wait_for_a_connection_moves_the_lease_start() {
+        let now = Timestamp(10_000);
+        assert_eq!(lease_start(now, Duration::from_millis(3), 1000), now);
+        assert_eq!(lease_start(now, Duration::from_millis(249), 1000), now);
+        assert_eq!(
+            lease_start(now, Duration::from_millis(1500), 1000),
+            Timestamp(11_500)
+        );
     }
 }

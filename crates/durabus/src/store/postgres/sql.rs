@@ -102,7 +102,7 @@ impl PgSql {
                          (coalesce(e.last_error::jsonb, '[]'::jsonb)
                           || jsonb_build_array(replace($8::text, $9::text, coalesce(e.lease_owner, '?'))))::text
                          ELSE e.last_error END,
-                     lease_owner = $3, lease_token = $4, lease_expires_at = $1 + $5,
+                     lease_owner = $3, lease_token = $4, lease_expires_at = $10 + $5,
                      processing_started_at = $1, updated_at = $1
                  FROM picked p WHERE e.id = p.id
                  RETURNING e.id, e.type, e.payload::text AS payload, e.status, e.retry_count, e.last_error,
@@ -163,9 +163,11 @@ impl PgSql {
             // is this worker's own outcome write (it ends the lease) or a claim taking over an
             // expired one. Waiting instead deadlocked with outcome writes that lock the same
             // rows in another order, and a failed renewal let live leases run out: the events
-            // were handled twice. A skipped row still held next beat is renewed then.
+            // were handled twice. A skipped row still held next beat is renewed then. A lease is
+            // never moved back: a renewal that waited long for its connection may carry an
+            // earlier time than the claim that set the lease.
             renew: format!(
-                "UPDATE {s}.events SET lease_expires_at = $2
+                "UPDATE {s}.events SET lease_expires_at = greatest(lease_expires_at, $2)
                  WHERE id IN (
                      SELECT id FROM {s}.events
                      WHERE status = 'processing' AND lease_owner = $1 AND lease_token = ANY($3)

@@ -1,0 +1,227 @@
+//! The limits behind the PostgreSQL figures, measured in the same run: raw SQL on a fresh
+//! schema holding durabus's own tables (created by the library, so the indexes a write pays for
+//! are the same), the same ~200-byte rows, no library in the loop. Each library figure is then
+//! also a ratio to its limit, as `raw_sqlite_commit_eps` does for SQLite.
+
+use std::time::Instant;
+
+use durabus::sqlx::{self, AssertSqlSafe, PgPool};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::harness::event;
+use crate::cmd::Db;
+
+/// The raw limits (events per second).
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Limits {
+    /// One caller, one row per `INSERT`, each its own commit.
+    pub one_row_commit_eps: f64,
+    /// `INSERT … SELECT FROM unnest(…)`, 1,000 rows per statement, one caller.
+    pub unnest_insert_eps: f64,
+    /// `COPY … FROM STDIN` (text format), 1,000 rows per `COPY`, one caller.
+    pub copy_insert_eps: f64,
+    /// Claim 100 due rows (`FOR UPDATE SKIP LOCKED`) and complete them (one statement moving
+    /// them to the event log), 4 callers at once, over a backlog.
+    pub claim_complete_eps: f64,
+}
+
+/// The columns every raw insert writes.
+const COLUMNS: &str = "id, type, payload, status, created_at, updated_at, next_attempt_at";
+
+/// The same rows the library benches publish: (id, type, payload).
+fn rows(from: u64, to: u64) -> anyhow::Result<Vec<(Uuid, String, String)>> {
+    (from..to)
+        .map(|i| {
+            let e = event(i)?;
+            Ok((e.id.0, e.event_type, e.payload))
+        })
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    durabus::Timestamp::now().as_millis()
+}
+
+/// Measures every limit on a fresh schema made by the library (dropped by the caller).
+pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
+    let bus = db.builder().build().await?;
+    bus.shutdown().await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&db.target)
+        .await?;
+    let table = format!("\"{}\".events", db.schema);
+    let log = format!("\"{}\".event_log", db.schema);
+    let scale = |full: u64, small: u64| if quick { small } else { full };
+    let mut next = 0u64;
+    let mut take = |n: u64| {
+        let range = (next, next + n);
+        next += n;
+        range
+    };
+
+    let (a, b) = take(scale(3_000, 300));
+    let one = rows(a, b)?;
+    let started = Instant::now();
+    let insert =
+        format!("INSERT INTO {table} ({COLUMNS}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)");
+    for (id, ty, payload) in &one {
+        sqlx::query(AssertSqlSafe(insert.as_str()))
+            .bind(id)
+            .bind(ty)
+            .bind(payload)
+            .bind(now_ms())
+            .execute(&pool)
+            .await?;
+    }
+    let one_row_commit_eps = one.len() as f64 / started.elapsed().as_secs_f64();
+
+    let (a, b) = take(scale(200_000, 20_000));
+    let unnest_insert_eps = timed(b - a, async || {
+        for start in (a..b).step_by(1000) {
+            unnest(&pool, &table, &rows(start, (start + 1000).min(b))?).await?;
+        }
+        Ok(())
+    })
+    .await?;
+
+    let (a, b) = take(scale(200_000, 20_000));
+    let copy_insert_eps = timed(b - a, async || {
+        for start in (a..b).step_by(1000) {
+            copy(&pool, &table, &rows(start, (start + 1000).min(b))?).await?;
+        }
+        Ok(())
+    })
+    .await?;
+
+    // Everything inserted so far is the backlog: claim and complete all of it.
+    let backlog = next;
+    let claim = format!(
+        "WITH c AS (SELECT id FROM {table} WHERE status = 'pending' AND next_attempt_at <= $1 \
+         ORDER BY next_attempt_at LIMIT 100 FOR UPDATE SKIP LOCKED) \
+         UPDATE {table} e SET status = 'processing', lease_owner = 'raw', lease_token = $2, \
+         lease_expires_at = $1 + 30000, processing_started_at = $1, attempts = e.attempts + 1 \
+         FROM c WHERE e.id = c.id RETURNING e.id"
+    );
+    let complete = format!(
+        "WITH moved AS (DELETE FROM {table} WHERE id = ANY($1) AND lease_token = $2 RETURNING *) \
+         INSERT INTO {log} (id, type, payload, status, retry_count, attempts, last_error, \
+         metadata, delivered, created_at, updated_at) \
+         SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata, \
+         delivered, created_at, $3 FROM moved"
+    );
+    let claim_complete_eps = timed(backlog, async || {
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..4 {
+            let (pool, claim, complete) = (pool.clone(), claim.clone(), complete.clone());
+            tasks.spawn(async move {
+                loop {
+                    let token = Uuid::now_v7();
+                    let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(claim.as_str()))
+                        .bind(now_ms())
+                        .bind(token)
+                        .fetch_all(&pool)
+                        .await?;
+                    if ids.is_empty() {
+                        return anyhow::Ok(());
+                    }
+                    sqlx::query(AssertSqlSafe(complete.as_str()))
+                        .bind(&ids)
+                        .bind(token)
+                        .bind(now_ms())
+                        .execute(&pool)
+                        .await?;
+                }
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done??;
+        }
+        Ok(())
+    })
+    .await?;
+    let left: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+        .fetch_one(&pool)
+        .await?;
+    anyhow::ensure!(left == 0, "the raw claim loop left {left} events behind");
+    pool.close().await;
+    Ok(Limits {
+        one_row_commit_eps,
+        unnest_insert_eps,
+        copy_insert_eps,
+        claim_complete_eps,
+    })
+}
+
+/// Runs `f` and returns `n` per second of its time.
+async fn timed(n: u64, f: impl AsyncFnOnce() -> anyhow::Result<()>) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    f().await?;
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// One `INSERT … SELECT FROM unnest(…)` of `rows`.
+async fn unnest(pool: &PgPool, table: &str, rows: &[(Uuid, String, String)]) -> anyhow::Result<()> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let types: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+    let sql = format!(
+        "INSERT INTO {table} ({COLUMNS}) \
+         SELECT i, t, p::json, 'pending', $4, $4, $4 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS r(i, t, p)"
+    );
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(&ids)
+        .bind(&types)
+        .bind(&payloads)
+        .bind(now_ms())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Escapes a value for `COPY`'s text format.
+fn copy_text(value: &str, out: &mut String) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// One `COPY … FROM STDIN` of `rows`.
+async fn copy(pool: &PgPool, table: &str, rows: &[(Uuid, String, String)]) -> anyhow::Result<()> {
+    let now = now_ms();
+    let mut text = String::with_capacity(rows.len() * 320);
+    for (id, ty, payload) in rows {
+        text.push_str(&id.to_string());
+        text.push('\t');
+        copy_text(ty, &mut text);
+        text.push('\t');
+        copy_text(payload, &mut text);
+        text.push_str(&format!("\tpending\t{now}\t{now}\t{now}\n"));
+    }
+    let mut conn = pool.acquire().await?;
+    let mut copy = conn
+        .copy_in_raw(&format!("COPY {table} ({COLUMNS}) FROM STDIN"))
+        .await?;
+    copy.send(text.into_bytes()).await?;
+    copy.finish().await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_text;
+
+    #[test]
+    fn copy_text_escapes_what_the_format_reserves() {
+        let mut out = String::new();
+        copy_text("a\\b\tc\nd\re", &mut out);
+        assert_eq!(out, "a\\\\b\\tc\\nd\\re");
+    }
+}

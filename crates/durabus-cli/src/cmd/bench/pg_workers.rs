@@ -1,0 +1,130 @@
+//! The worker processes of the PostgreSQL bench (`durabus bench-worker`), and how the bench
+//! waits for their work to land in the event log.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use durabus::sqlx::{self, AssertSqlSafe, Row};
+
+use crate::cmd::Db;
+
+/// Worker processes of the bench, stopped (stdin closed, then waited for) on drop.
+pub struct Workers {
+    children: Vec<Child>,
+    pub reports: Vec<PathBuf>,
+    _dir: tempfile::TempDir,
+}
+
+impl Workers {
+    /// Starts `n` `durabus bench-worker` processes on `db` and waits until each is ready.
+    pub fn start(db: &Db, n: usize, extra: &[&str]) -> anyhow::Result<Workers> {
+        let exe = std::env::current_exe().context("cannot find the durabus binary")?;
+        let dir = tempfile::tempdir()?;
+        let mut children = Vec::with_capacity(n);
+        let mut reports = Vec::with_capacity(n);
+        for k in 0..n {
+            let report = dir.path().join(format!("worker-{k}.txt"));
+            let mut child = Command::new(&exe)
+                .args([
+                    "--db",
+                    &db.target,
+                    "--schema",
+                    &db.schema,
+                    "bench-worker",
+                    "--report",
+                ])
+                .arg(&report)
+                .args(extra)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .context("cannot start a bench-worker process")?;
+            let stdout = child.stdout.take().context("no stdout from the worker")?;
+            let mut line = String::new();
+            BufReader::new(stdout).read_line(&mut line)?;
+            anyhow::ensure!(line.trim() == "ready", "worker {k} did not start: {line:?}");
+            children.push(child);
+            reports.push(report);
+        }
+        Ok(Workers {
+            children,
+            reports,
+            _dir: dir,
+        })
+    }
+
+    /// Closes every worker's stdin and waits for it to shut down.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        for c in &mut self.children {
+            drop(c.stdin.take());
+        }
+        for c in &mut self.children {
+            let status = c.wait()?;
+            anyhow::ensure!(status.success(), "a worker exited with {status}");
+        }
+        self.children.clear();
+        Ok(())
+    }
+
+    /// Every report line: (event id, latency µs if the event carried a send time).
+    pub fn handled(&self) -> anyhow::Result<Vec<(String, Option<f64>)>> {
+        let mut out = Vec::new();
+        for path in &self.reports {
+            let Ok(text) = std::fs::read_to_string(path) else {
+                continue;
+            };
+            for line in text.lines() {
+                let mut parts = line.split(' ');
+                let id = parts.next().unwrap_or_default().to_owned();
+                let latency = parts.next().and_then(|l| l.parse::<f64>().ok());
+                out.push((id, latency));
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Events in the event log of `db` (completed).
+pub async fn completed(pool: &sqlx::PgPool, db: &Db) -> anyhow::Result<i64> {
+    Ok(sqlx::query(AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{}\".event_log",
+        db.schema
+    )))
+    .fetch_one(pool)
+    .await?
+    .try_get(0)?)
+}
+
+/// Waits until `n` events are in the event log, for at most `limit`.
+pub async fn wait_completed(
+    pool: &sqlx::PgPool,
+    db: &Db,
+    n: i64,
+    limit: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let done = completed(pool, db).await?;
+        if done >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {done} of {n} events completed within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
