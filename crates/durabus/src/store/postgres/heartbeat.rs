@@ -64,7 +64,6 @@ impl Beat {
     }
 }
 
-
 /// Renews leases every `beat.every` until aborted (the store's close).
 pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::ErrorHook) {
     let mut tick = tokio::time::interval(beat.every);
