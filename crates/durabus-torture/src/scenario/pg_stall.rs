@@ -29,6 +29,35 @@ fn signal(child: &Child, signal: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The running fleet, the ledger, and what each stalled worker held.
+struct Fleet<'a> {
+    children: &'a mut Vec<Child>,
+    ledger: &'a mut Ledger,
+    stalled: &'a mut HashMap<u32, HashSet<durabus::EventId>>,
+    target: &'a crate::target::Target,
+}
+
+impl Fleet<'_> {
+    /// Sends `signal` to child `victim`, lets 200 ms pass (the others running), then records
+    /// the events held `processing` as in flight for that worker.
+    fn signal_and_record(&mut self, victim: usize, what: &str) -> anyhow::Result<()> {
+        signal(&self.children[victim], what)?;
+        let life = self.children[victim].life;
+        if std::env::var_os("TORTURE_VERBOSE").is_some() {
+            let now = durabus::Timestamp::now().as_millis();
+            eprintln!("SIG{what} to life {life} at {now}");
+        }
+        pump_all(
+            &mut self.children[..],
+            self.ledger,
+            Duration::from_millis(200),
+        )?;
+        let held = crate::view::processing(self.target)?;
+        self.stalled.entry(life).or_default().extend(held);
+        Ok(())
+    }
+}
+
 /// The scenario.
 pub fn run(s: &Settings) -> anyhow::Result<Row> {
     let started = Instant::now();
@@ -58,45 +87,26 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
             Duration::from_millis(fastrand::u64(200..600)),
         )?;
         let victim = fastrand::usize(1..children.len());
-        signal(&children[victim], "STOP")?;
-        if std::env::var_os("TORTURE_VERBOSE").is_some() {
-            eprintln!(
-                "froze life {} at {}",
-                children[victim].life,
-                durabus::Timestamp::now().as_millis()
-            );
-        }
         // What the frozen worker holds stays `processing` until its lease runs out: that is
         // what may run twice. A statement it sent just before it froze (a claim) may still be
-        // running on the server, so look a moment later; its leases have at least two thirds
-        // of their time left (renewed every third), so none has been taken over yet.
-        pump_all(&mut children, &mut ledger, Duration::from_millis(200))?;
-        let held = crate::view::processing(&target)?;
-        stalled
-            .entry(children[victim].life)
-            .or_default()
-            .extend(held);
+        // running on the server, so `signal_and_record` looks a moment later; its leases have
+        // at least two thirds of their time left (renewed every third), so none has been taken
+        // over yet.
+        let mut fleet = Fleet {
+            children: &mut children,
+            ledger: &mut ledger,
+            stalled: &mut stalled,
+            target: &target,
+        };
+        fleet.signal_and_record(victim, "STOP")?;
         // Frozen for longer than a lease: the others take its events over meanwhile.
         let freeze = lease + Duration::from_millis(fastrand::u64(100..1000));
-        pump_all(&mut children, &mut ledger, freeze)?;
-        signal(&children[victim], "CONT")?;
-        if std::env::var_os("TORTURE_VERBOSE").is_some() {
-            eprintln!(
-                "thawed life {} at {}",
-                children[victim].life,
-                durabus::Timestamp::now().as_millis()
-            );
-        }
+        pump_all(&mut fleet.children[..], fleet.ledger, freeze)?;
         // A claim the worker had started before it froze (waiting for a connection, say) runs
-        // now with the time it took before the freeze: its leases are born expired, and the
-        // others may take those events over while the thawed worker runs them. They too were
-        // in flight across the fault.
-        pump_all(&mut children, &mut ledger, Duration::from_millis(200))?;
-        let claimed = crate::view::processing(&target)?;
-        stalled
-            .entry(children[victim].life)
-            .or_default()
-            .extend(claimed);
+        // after the thaw with the time it took before the freeze (unless it waited a quarter
+        // of the lease, when the store counts the lease from when it runs): such events were
+        // in flight across the fault too.
+        fleet.signal_and_record(victim, "CONT")?;
     }
     // Let the thawed workers finish their late runs, then stop everyone and drain.
     pump_all(&mut children, &mut ledger, Duration::from_millis(500))?;

@@ -77,21 +77,12 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     }
     let one_row_commit_eps = one.len() as f64 / started.elapsed().as_secs_f64();
 
-    let (a, b) = take(scale(200_000, 20_000));
-    let unnest_insert_eps = timed(b - a, async || {
-        for start in (a..b).step_by(1000) {
-            unnest(&pool, &table, &rows(start, (start + 1000).min(b))?).await?;
-        }
-        Ok(())
+    let unnest_insert_eps = in_thousands(take(scale(200_000, 20_000)), async |chunk| {
+        unnest(&pool, &table, &chunk).await
     })
     .await?;
-
-    let (a, b) = take(scale(200_000, 20_000));
-    let copy_insert_eps = timed(b - a, async || {
-        for start in (a..b).step_by(1000) {
-            copy(&pool, &table, &rows(start, (start + 1000).min(b))?).await?;
-        }
-        Ok(())
+    let copy_insert_eps = in_thousands(take(scale(200_000, 20_000)), async |chunk| {
+        copy(&pool, &table, &chunk).await
     })
     .await?;
 
@@ -152,6 +143,18 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
         copy_insert_eps,
         claim_complete_eps,
     })
+}
+
+/// Inserts rows `a..b` with `insert`, 1,000 at a time; returns rows per second.
+async fn in_thousands(
+    (a, b): (u64, u64),
+    mut insert: impl AsyncFnMut(Vec<(Uuid, String, String)>) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let started = Instant::now();
+    for start in (a..b).step_by(1000) {
+        insert(rows(start, (start + 1000).min(b))?).await?;
+    }
+    Ok((b - a) as f64 / started.elapsed().as_secs_f64())
 }
 
 /// Runs `f` and returns `n` per second of its time.
