@@ -132,9 +132,12 @@ impl SqliteStore {
             Durability::Full => "FULL",
         };
         // Checkpoints run on their own thread (checkpoint.rs), not inside the writer's commits.
+        // When the writer starts the WAL over, a file longer than `wal_limit` is cut back to it
+        // (otherwise it keeps its largest size, written over from the start).
         conn.execute_batch(&format!(
             "PRAGMA synchronous = {sync}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY;
-             PRAGMA wal_autocheckpoint = 0;"
+             PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = {};",
+            options.wal_limit
         ))?;
         retry_busy(options.lock_timeout, || {
             conn.execute_batch("BEGIN IMMEDIATE")
