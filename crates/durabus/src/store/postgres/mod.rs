@@ -44,6 +44,14 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 pub use options::{DEFAULT_SCHEMA, PgOptions, validate_schema};
+
+/// The claim statement on schema `s` (quoted, as the gauge statements take it), public for the
+/// query-plan test. Its parameters: `$1` now (ms), `$2` the limit, `$3` the worker, `$4` the
+/// lease token, `$5` the lease (ms), `$6` the tokens this process holds, `$7`–`$9` what an
+/// interrupted attempt costs, `$10` the lease's start (ms).
+pub fn claim_statement(s: &str) -> String {
+    sql::PgSql::new(s).claim
+}
 pub use outbox::PgOutbox;
 pub use schema::SCHEMA_VERSION;
 
