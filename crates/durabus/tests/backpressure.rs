@@ -7,11 +7,11 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use durabus::sqlx::{self, AssertSqlSafe};
 use durabus::{Event, EventBus, NewEvent, PgOptions, SubscribeOptions};
-use support::{drop_schema, pg_available, pg_url, unique_schema};
+use support::{drop_schema, eventually, pg_available, pg_url, unique_schema};
 
 /// Finished deliveries that may wait for their outcome write (`UNRECORDED_MAX` in
 /// `dispatch/worker.rs`).
@@ -26,17 +26,6 @@ async fn count(pool: &sqlx::PgPool, sql: &str) -> usize {
         .await
         .unwrap();
     usize::try_from(n).unwrap()
-}
-
-async fn until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !check().await {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "timed out: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,8 +88,9 @@ async fn a_worker_stops_claiming_while_its_outcome_writes_wait() {
 
     // Every outcome write waits for a lock: the worker runs handlers until as many outcomes
     // wait as it allows, then claims nothing more.
-    until("the handlers to reach the bound", async || {
-        calls.load(Ordering::SeqCst) >= UNRECORDED_MAX
+    eventually("the handlers to reach the bound", || {
+        let calls = calls.clone();
+        async move { (calls.load(Ordering::SeqCst) >= UNRECORDED_MAX).then_some(()) }
     })
     .await;
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -120,8 +110,9 @@ async fn a_worker_stops_claiming_while_its_outcome_writes_wait() {
         tx.rollback().await.unwrap();
     }
     let log = format!("SELECT count(*) FROM \"{schema}\".event_log");
-    until("every event to be done", async || {
-        count(&admin, &log).await == EVENTS
+    eventually("every event to be done", || {
+        let (admin, log) = (admin.clone(), log.clone());
+        async move { (count(&admin, &log).await == EVENTS).then_some(()) }
     })
     .await;
     assert_eq!(calls.load(Ordering::SeqCst), EVENTS);
