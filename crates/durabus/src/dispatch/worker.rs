@@ -37,6 +37,15 @@ const UNRECORDED_MAX: usize = COMPLETION_BATCH;
 async fn complete(dispatcher: Arc<Dispatcher>, mut rx: mpsc::UnboundedReceiver<Finished>) {
     let mut buf = Vec::with_capacity(COMPLETION_BATCH);
     while rx.recv_many(&mut buf, COMPLETION_BATCH).await > 0 {
+        // The deliveries of one claim finish together: let the others that are about to send
+        // theirs do so, so they share this write instead of waiting for the next one.
+        tokio::task::yield_now().await;
+        while buf.len() < COMPLETION_BATCH {
+            match rx.try_recv() {
+                Ok(f) => buf.push(f),
+                Err(_) => break,
+            }
+        }
         let mut attempts = Vec::with_capacity(buf.len());
         let mut held = Vec::with_capacity(buf.len());
         for (attempt, guard, permit) in buf.drain(..) {

@@ -160,6 +160,51 @@ pub async fn a_dead_letter_gets_a_record_and_is_announced(h: &Harness) {
     bus.shutdown().await.unwrap();
 }
 
+/// Retried dead letters delivered while fresh events are delivered too (their outcomes are
+/// written together): every record is resolved and every event is done.
+pub async fn retried_dead_letters_among_fresh_events_resolve_their_records(h: &Harness) {
+    let healthy = Arc::new(AtomicBool::new(false));
+    let bus = paying_bus(h, healthy.clone()).await;
+    bus.start().await.unwrap();
+    let mut dead = Vec::new();
+    for order in 0..5u64 {
+        let id = bus.publish("pay.charge", &order).await.unwrap();
+        wait_record(&bus, id, "the dead letter", |d| {
+            d.status == DeadLetterStatus::Pending
+        })
+        .await;
+        dead.push(id);
+    }
+    healthy.store(true, Ordering::SeqCst);
+    let fresh: Vec<durabus::NewEvent> = (100..400u64)
+        .map(|order| durabus::NewEvent::new("pay.charge", &order).unwrap())
+        .collect();
+    let fresh_ids: Vec<EventId> = fresh.iter().map(|e| e.id).collect();
+    bus.enqueue_batch(fresh).await.unwrap();
+    for id in &dead {
+        bus.dead_letters()
+            .retry(*id, &ann())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    for id in &dead {
+        let d = wait_record(&bus, *id, "resolved by the retry", |d| {
+            d.status == DeadLetterStatus::Resolved
+        })
+        .await;
+        assert_eq!(d.resolved_by.as_deref(), Some("ann"));
+    }
+    for id in dead.iter().chain(&fresh_ids) {
+        eventually("every event done", || {
+            let bus = &bus;
+            async move { (get(bus, *id).await.status == EventStatus::Done).then_some(()) }
+        })
+        .await;
+    }
+    bus.shutdown().await.unwrap();
+}
+
 pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
     let healthy = Arc::new(AtomicBool::new(false));
     let bus = paying_bus(h, healthy.clone()).await;

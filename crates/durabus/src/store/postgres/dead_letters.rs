@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::dead_letter_act::{act, act_many};
 use super::dead_letter_rows::{dead_letter, json, summary};
-use super::insert::{Rows, insert_rows};
+use super::insert::{Notice, Rows, insert_rows};
 use super::sql::PgSql;
 use super::sql_ops::{Arg, PgOpsSql};
 use super::{PgStore, json_list, q};
@@ -180,7 +180,7 @@ pub(super) async fn write_death(
             created: vec![now.as_millis()],
             snapshots: Vec::new(),
         };
-        insert_rows(conn, sql, &rows, None, Some(channel)).await?;
+        insert_rows(conn, sql, &rows, None, Some(Notice::to_all(channel))).await?;
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ use crate::payload::NewSnapshot;
 use crate::store::recovery::{Interruption, WORKER_PLACEHOLDER, interrupted};
 use crate::store::{EventStore, InsertMode, Outcome};
 use crate::sync::lock;
+use std::sync::atomic::Ordering;
 
 #[async_trait]
 impl EventStore for PgStore {
@@ -45,9 +46,16 @@ impl EventStore for PgStore {
         };
         if request.events.len() > insert::GROUP_MAX_EVENTS {
             self.inserter.write(vec![request]).await;
+        } else if let Some(slot) = self.inserter.direct_slot() {
+            self.inserter.write(vec![request]).await;
+            drop(slot);
         } else {
             let sender = lock(&self.inserts).clone().ok_or(Error::StoreClosed)?;
-            sender.send(request).map_err(|_| Error::StoreClosed)?;
+            self.inserter.queued.fetch_add(1, Ordering::AcqRel);
+            if sender.send(request).is_err() {
+                self.inserter.queued.fetch_sub(1, Ordering::AcqRel);
+                return Err(Error::StoreClosed);
+            }
         }
         answer.await.map_err(|_| Error::StoreClosed)?
     }
@@ -123,23 +131,50 @@ impl EventStore for PgStore {
                 .map(|o| held.get(&o.id()).copied())
                 .collect()
         };
-        let mut tx = self.pool.begin().await?;
-        let flags = self
-            .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
-            .await?;
-        let kept: Vec<&NewSnapshot> = snapshots
-            .iter()
-            .filter(|s| {
-                outcomes
-                    .iter()
-                    .zip(&flags)
-                    .any(|(o, applied)| *applied && o.id() == s.event_id)
-            })
+        // The common case, completions alone, is one statement without a transaction around
+        // it; what it leaves (revived dead letters, lost leases) and every other outcome is
+        // written in one transaction.
+        let alone =
+            snapshots.is_empty() && outcomes.iter().all(|o| matches!(o, Outcome::Done { .. }));
+        let mut flags = if alone {
+            self.record_done_alone(&outcomes, &tokens, now.as_millis())
+                .await?
+        } else {
+            vec![false; outcomes.len()]
+        };
+        let rest: Vec<usize> = (0..outcomes.len())
+            .filter(|&i| !flags[i] && tokens[i].is_some())
             .collect();
-        if !kept.is_empty() {
-            super::payloads::put_in(&mut tx, &self.sql.ops, &kept).await?;
+        if !rest.is_empty() {
+            let mut tx = self.pool.begin().await?;
+            if rest.len() == outcomes.len() {
+                flags = self
+                    .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
+                    .await?;
+            } else {
+                let some: Vec<Outcome> = rest.iter().map(|&i| outcomes[i].clone()).collect();
+                let their: Vec<Option<Uuid>> = rest.iter().map(|&i| tokens[i]).collect();
+                let written = self
+                    .record_in(&mut tx, &some, &their, now.as_millis())
+                    .await?;
+                for (&i, ok) in rest.iter().zip(written) {
+                    flags[i] = ok;
+                }
+            }
+            let kept: Vec<&NewSnapshot> = snapshots
+                .iter()
+                .filter(|s| {
+                    outcomes
+                        .iter()
+                        .zip(&flags)
+                        .any(|(o, applied)| *applied && o.id() == s.event_id)
+                })
+                .collect();
+            if !kept.is_empty() {
+                super::payloads::put_in(&mut tx, &self.sql.ops, &kept).await?;
+            }
+            tx.commit().await?;
         }
-        tx.commit().await?;
         {
             let mut held = self.held();
             for (o, t) in outcomes.iter().zip(&tokens) {

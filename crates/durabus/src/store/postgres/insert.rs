@@ -1,14 +1,16 @@
 //! Inserting events, with group commit: a commit on PostgreSQL costs a WAL flush and a round
 //! trip, so single-event publishes from many concurrent callers are gathered and written as one
 //! multi-row statement. While some statements are in flight, new requests queue up and go out
-//! together in the next one.
+//! together in the next one. A request that finds nothing queued and a statement slot free is
+//! written at once on its caller's task: a lone caller pays for no hand-over to another task.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use sqlx::postgres::PgPool;
 use sqlx::{PgConnection, Row};
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::q;
@@ -21,8 +23,8 @@ use crate::payload::NewSnapshot;
 pub(super) const GROUP_MAX_EVENTS: usize = 100;
 /// Most requests gathered into one statement.
 const GROUP_MAX_REQUESTS: usize = 256;
-/// Group statements in flight at once.
-const IN_FLIGHT: usize = 4;
+/// Insert statements in flight at once (group statements and direct writes together).
+pub(super) const IN_FLIGHT: usize = 4;
 
 /// One caller's insert.
 pub(super) struct Request {
@@ -43,6 +45,10 @@ pub(super) struct Inserter {
     pub lease_ms: i64,
     pub held: Arc<Mutex<HashMap<EventId, Uuid>>>,
     pub wake: Arc<Notify>,
+    /// The statement slots ([`IN_FLIGHT`]), shared by the group-commit task and direct writes.
+    pub slots: Arc<Semaphore>,
+    /// Requests sent to the group-commit task and not yet taken by it.
+    pub queued: Arc<AtomicUsize>,
 }
 
 /// The parameters of one insert statement.
@@ -59,7 +65,7 @@ pub(super) async fn insert_rows(
     sql: &PgSql,
     rows: &Rows<'_>,
     lease: Option<(&str, Uuid, i64)>,
-    channel: Option<&str>,
+    notify: Option<Notice<'_>>,
 ) -> Result<Vec<Uuid>> {
     let ids: Vec<Uuid> = rows.events.iter().map(|e| e.id.0).collect();
     let types: Vec<&str> = rows.events.iter().map(|e| e.event_type.as_str()).collect();
@@ -90,14 +96,33 @@ pub(super) async fn insert_rows(
                 .bind(lease.map(|l| l.0))
                 .bind(lease.map(|l| l.1))
                 .bind(lease.map(|l| l.2))
-                .bind(channel),
+                .bind(notify.map(|n| n.channel)),
         )
+        .bind(notify.map_or("", |n| n.from))
         .fetch_all(conn)
         .await?;
     stored
         .iter()
         .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
         .collect()
+}
+
+/// The notification an insert sends on commit when it stores events.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Notice<'a> {
+    /// The channel the workers listen on.
+    pub channel: &'a str,
+    /// Who sent it: the inserting store's worker identity when that store wakes its own
+    /// dispatcher already (its listener then ignores the echo), empty when the commit is the
+    /// application's (the outbox, in its transaction).
+    pub from: &'a str,
+}
+
+impl<'a> Notice<'a> {
+    /// A notification every listener acts on, this process's too.
+    pub fn to_all(channel: &'a str) -> Notice<'a> {
+        Notice { channel, from: "" }
+    }
 }
 
 /// Payload snapshots as the arrays of one statement, one snapshot per key (the first).
@@ -164,6 +189,15 @@ impl SnapshotColumns {
 }
 
 impl Inserter {
+    /// A statement slot for writing a request at once on the caller's task, if nothing is
+    /// queued for the group-commit task (queued requests go first, together) and a slot is free.
+    pub fn direct_slot(&self) -> Option<OwnedSemaphorePermit> {
+        if self.queued.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
     /// Writes `requests` (all claimed or all not) in one statement and answers each; if the
     /// statement fails, each request is written alone so one bad request fails only itself.
     pub async fn write(&self, requests: Vec<Request>) {
@@ -200,11 +234,14 @@ impl Inserter {
         }
         let token = Uuid::now_v7();
         let lease = claimed.then_some((self.worker.as_str(), token, self.lease_ms));
-        let channel = (!claimed).then_some(self.channel.as_str());
+        let notify = (!claimed).then_some(Notice {
+            channel: &self.channel,
+            from: &self.worker,
+        });
         let mut conn = self.pool.acquire().await?;
         // One statement stores and commits in one go here: the point fires just before it.
         crate::fail_point!("insert.before_commit");
-        let stored = insert_rows(&mut conn, &self.sql, &rows, lease, channel).await?;
+        let stored = insert_rows(&mut conn, &self.sql, &rows, lease, notify).await?;
         if claimed {
             let mut held = crate::sync::lock(&self.held);
             for id in &stored {
@@ -226,16 +263,18 @@ fn flags(events: &[NewEvent], fresh: &mut HashSet<Uuid>) -> Vec<bool> {
 /// The group-commit task: gathers waiting requests, splits them into claimed and not, and
 /// writes each group in one statement, with up to a few statements in flight.
 pub(super) async fn run(inserter: Inserter, mut rx: mpsc::UnboundedReceiver<Request>) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    let slots = inserter.slots.clone();
     let mut buf = Vec::with_capacity(GROUP_MAX_REQUESTS);
     loop {
         // Wait for a free slot first: requests keep queueing meanwhile and go out together.
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
-        if rx.recv_many(&mut buf, GROUP_MAX_REQUESTS).await == 0 {
+        let taken = rx.recv_many(&mut buf, GROUP_MAX_REQUESTS).await;
+        if taken == 0 {
             return;
         }
+        inserter.queued.fetch_sub(taken, Ordering::AcqRel);
         let (claimed, pending): (Vec<Request>, Vec<Request>) =
             buf.drain(..).partition(|r| r.claimed);
         let inserter = inserter.clone();

@@ -9,16 +9,18 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::Notify;
 
-/// Listens on `channel` until the task is aborted.
+/// Listens on `channel` until the task is aborted. Notifications sent by `me` (this store's
+/// worker identity) are echoes of this store's own inserts, which woke the dispatcher already.
 pub(super) async fn run(
     pool: PgPool,
     channel: String,
+    me: String,
     wake: Arc<Notify>,
     hook: crate::hook::ErrorHook,
 ) {
     let mut pause = Duration::from_millis(50);
     loop {
-        match listen_once(&pool, &channel, &wake, &hook).await {
+        match listen_once(&pool, &channel, &me, &wake, &hook).await {
             Ok(()) => pause = Duration::from_millis(50),
             Err(e) => {
                 tracing::warn!(error = %e, ?pause, "LISTEN connection lost; polling until it is back");
@@ -44,6 +46,7 @@ pub(super) async fn run(
 async fn listen_once(
     pool: &PgPool,
     channel: &str,
+    me: &str,
     wake: &Notify,
     hook: &crate::hook::ErrorHook,
 ) -> Result<(), sqlx::Error> {
@@ -53,6 +56,7 @@ async fn listen_once(
     wake.notify_one();
     loop {
         match listener.try_recv().await? {
+            Some(n) if n.payload() == me => {}
             Some(_) => wake.notify_one(),
             // The connection dropped; the next call reconnects and listens again.
             None => {

@@ -45,6 +45,10 @@ use uuid::Uuid;
 
 pub use options::{DEFAULT_SCHEMA, PgOptions, validate_schema};
 
+/// A pooled connection idle this long is pinged before it is handed out (a server restart
+/// meanwhile would otherwise fail the next statement on it); one in steady use is not.
+const PING_IDLE: Duration = Duration::from_secs(1);
+
 /// The claim statement on schema `s` (quoted, as the gauge statements take it), public for the
 /// query-plan test. Its parameters: `$1` now (ms), `$2` the limit, `$3` the worker, `$4` the
 /// lease token, `$5` the lease (ms), `$6` the tokens this process holds, `$7`–`$9` what an
@@ -138,6 +142,18 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            // sqlx pings every connection it hands out: a round trip before each statement.
+            // Only a connection idle for a while is checked (one that broke while in use is
+            // dropped when it comes back: sqlx tests it on release).
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect.application_name(&name))
             .await
             .map_err(|e| match e {
@@ -196,6 +212,7 @@ impl PgStore {
             tokio::spawn(listen::run(
                 pool.clone(),
                 channel.clone(),
+                worker.clone(),
                 wake.clone(),
                 hook.clone(),
             ))
@@ -211,6 +228,8 @@ impl PgStore {
             lease_ms,
             held: held.clone(),
             wake: wake.clone(),
+            slots: Arc::new(tokio::sync::Semaphore::new(insert::IN_FLIGHT)),
+            queued: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
         };
         let (inserts, requests) = tokio::sync::mpsc::unbounded_channel();
         tokio::spawn(insert::run(inserter.clone(), requests));
@@ -278,8 +297,10 @@ impl PgStore {
     /// Tells other processes' workers that events became due. Best effort: the write it
     /// follows has committed, and workers poll anyway.
     async fn notify_others(&self) {
-        let sent = sqlx::query("SELECT pg_notify($1, '')")
+        // Sent as this store: its own dispatcher was woken already.
+        let sent = sqlx::query("SELECT pg_notify($1, $2)")
             .bind(&self.channel)
+            .bind(&self.worker)
             .execute(&self.pool)
             .await;
         if let Err(e) = sent {

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::insert::{Rows, insert_rows};
+use super::insert::{Notice, Rows, insert_rows};
 use super::{PgStore, q};
 use crate::clock::Timestamp;
 use crate::dead_letter::{Actor, ActorKind};
@@ -230,7 +230,14 @@ impl OperationStore for PgStore {
                 created: vec![now.as_millis(); advance.events.len()],
                 snapshots: Vec::new(),
             };
-            insert_rows(&mut tx, &self.sql, &rows, None, Some(&self.channel)).await?;
+            insert_rows(
+                &mut tx,
+                &self.sql,
+                &rows,
+                None,
+                Some(Notice::to_all(&self.channel)),
+            )
+            .await?;
         }
         tx.commit().await?;
         Ok(op)

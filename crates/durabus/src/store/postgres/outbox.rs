@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use sqlx::PgConnection;
 
-use super::insert::{Rows, insert_rows};
+use super::insert::{Notice, Rows, insert_rows};
 
 use super::sql::PgSql;
 use crate::clock::Timestamp;
@@ -86,7 +86,14 @@ impl PgOutbox {
             created: vec![now.as_millis(); events.len()],
             snapshots: Vec::new(),
         };
-        insert_rows(conn, &self.sql, &rows, None, Some(&self.channel)).await?;
+        insert_rows(
+            conn,
+            &self.sql,
+            &rows,
+            None,
+            Some(Notice::to_all(&self.channel)),
+        )
+        .await?;
         Ok(ids)
     }
 }

@@ -1,6 +1,8 @@
 //! Writing outcomes, fenced by the lease token of the delivery that produced them.
 
-use sqlx::{Postgres, Row, Transaction};
+use std::collections::HashSet;
+
+use sqlx::{PgConnection, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use super::{PgStore, json_list, q};
@@ -21,30 +23,11 @@ impl PgStore {
         now: i64,
     ) -> Result<Vec<bool>> {
         let mut flags = vec![false; outcomes.len()];
-        let (mut ids, mut toks, mut delivered, mut at) = (vec![], vec![], vec![], vec![]);
-        for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
-            let (Outcome::Done { id, delivered: d }, Some(t)) = (o, t) else {
-                continue;
-            };
-            ids.push(id.0);
-            toks.push(*t);
-            delivered.push(json_list(d)?);
-            at.push(i);
-        }
-        if !ids.is_empty() {
-            let moved: Vec<(Uuid, i32)> = q(&self.sql.done)
-                .bind(&ids)
-                .bind(&toks)
-                .bind(&delivered)
-                .bind(now)
-                .fetch_all(&mut **tx)
-                .await?
-                .iter()
-                .map(|r| Ok((r.try_get::<Uuid, _>(0)?, r.try_get::<i32, _>(1)?)))
-                .collect::<Result<_>>()?;
-            for (k, id) in ids.iter().enumerate() {
-                flags[at[k]] = moved.iter().any(|(m, _)| m == id);
-            }
+        let done = Completions::of(outcomes, tokens)?;
+        if !done.ids.is_empty() {
+            let moved = done
+                .write(tx, &self.sql.done, now, &mut flags)
+                .await?;
             // Revived dead letters that were delivered resolve their records.
             for (id, dlq_count) in &moved {
                 if *dlq_count > 0 {
@@ -111,5 +94,81 @@ impl PgStore {
             }
         }
         Ok(flags)
+    }
+
+    /// Writes completions alone (no other outcome, no snapshot) in one statement committed on
+    /// its own: no `BEGIN` and `COMMIT` round trips. Only events that never were dead letters
+    /// move: a revived one resolves its record in the same transaction as its move, so it is
+    /// left unflagged for [`record_in`](Self::record_in), like one whose lease was lost.
+    pub(super) async fn record_done_alone(
+        &self,
+        outcomes: &[Outcome],
+        tokens: &[Option<Uuid>],
+        now: i64,
+    ) -> Result<Vec<bool>> {
+        let mut flags = vec![false; outcomes.len()];
+        let done = Completions::of(outcomes, tokens)?;
+        if !done.ids.is_empty() {
+            let mut conn = self.pool.acquire().await?;
+            done.write(&mut conn, &self.sql.done_fresh, now, &mut flags)
+                .await?;
+        }
+        Ok(flags)
+    }
+}
+
+/// The completions among some outcomes whose lease this process holds, as the arrays of the
+/// done statement, with each one's place among the outcomes.
+struct Completions {
+    ids: Vec<Uuid>,
+    tokens: Vec<Uuid>,
+    delivered: Vec<Option<String>>,
+    at: Vec<usize>,
+}
+
+impl Completions {
+    fn of(outcomes: &[Outcome], tokens: &[Option<Uuid>]) -> Result<Completions> {
+        let mut c = Completions {
+            ids: Vec::new(),
+            tokens: Vec::new(),
+            delivered: Vec::new(),
+            at: Vec::new(),
+        };
+        for (i, (o, t)) in outcomes.iter().zip(tokens).enumerate() {
+            let (Outcome::Done { id, delivered }, Some(t)) = (o, t) else {
+                continue;
+            };
+            c.ids.push(id.0);
+            c.tokens.push(*t);
+            c.delivered.push(json_list(delivered)?);
+            c.at.push(i);
+        }
+        Ok(c)
+    }
+
+    /// Runs `sql` (a done statement) for these completions, flags the outcomes of the events it
+    /// moved and returns them with their dead-letter counts.
+    async fn write(
+        &self,
+        conn: &mut PgConnection,
+        sql: &str,
+        now: i64,
+        flags: &mut [bool],
+    ) -> Result<Vec<(Uuid, i32)>> {
+        let moved: Vec<(Uuid, i32)> = q(sql)
+            .bind(&self.ids)
+            .bind(&self.tokens)
+            .bind(&self.delivered)
+            .bind(now)
+            .fetch_all(conn)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get::<Uuid, _>(0)?, r.try_get::<i32, _>(1)?)))
+            .collect::<Result<_>>()?;
+        let ids: HashSet<Uuid> = moved.iter().map(|(id, _)| *id).collect();
+        for (k, id) in self.ids.iter().enumerate() {
+            flags[self.at[k]] = ids.contains(id);
+        }
+        Ok(moved)
     }
 }

@@ -17,6 +17,7 @@ pub struct PgSql {
     pub insert: String,
     pub claim: String,
     pub done: String,
+    pub done_fresh: String,
     pub fail: String,
     pub release: String,
     pub recover: String,
@@ -42,7 +43,8 @@ impl PgSql {
             // Stores the events whose id was never stored (the id table sees every id, live or in
             // the log) and returns the ids stored. Parameters: ids, types, payloads, metadata and
             // creation times (arrays, one per event); whether they start claimed; the lease's
-            // owner, token and length; the channel to notify (sent on commit) if any were stored.
+            // owner, token and length; the channel to notify (sent on commit) if any were stored;
+            // nine arrays of payload snapshots; the notification's payload (who sent it).
             insert: format!(
                 "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
                             WITH ORDINALITY AS u(id, type, payload, metadata, created, ord)),
@@ -61,7 +63,7 @@ impl PgSql {
                          CASE WHEN $6 THEN d.created END
                      FROM (SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord) AS d JOIN fresh USING (id)
                      RETURNING id),
-                 n AS (SELECT count(pg_notify($10::text, '')) AS c
+                 n AS (SELECT count(pg_notify($10::text, $20::text)) AS c
                        FROM (SELECT 1 FROM ins WHERE $10::text IS NOT NULL LIMIT 1) AS x),
                  -- Payload snapshots of the events stored (the others are dropped).
                  snaps AS (
@@ -110,19 +112,9 @@ impl PgSql {
                      p.reclaimed"
             ),
             // Done: moved to the event log, if the caller still holds the lease (fencing).
-            done: format!(
-                "WITH o AS (SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[]) AS o(id, token, delivered)),
-                 moved AS (
-                     DELETE FROM {s}.events e USING o
-                     WHERE e.id = o.id AND e.status = 'processing' AND e.lease_token = o.token
-                     RETURNING e.*, o.delivered AS now_delivered)
-                 INSERT INTO {s}.event_log (id, type, payload, status, retry_count, attempts, last_error,
-                     metadata, delivered, created_at, updated_at, dlq_count)
-                 SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata,
-                     now_delivered, created_at, $4, dlq_count FROM moved
-                 ON CONFLICT (id) DO NOTHING
-                 RETURNING id, dlq_count"
-            ),
+            done: done(s, ""),
+            // The same for events that never were dead letters (committed on its own).
+            done_fresh: done(s, "AND e.dlq_count = 0"),
             // A failed attempt: back to pending with the next attempt's time (`$7`), or, with no
             // next attempt (`$7` NULL), a dead letter.
             fail: format!(
@@ -261,4 +253,21 @@ impl PgSql {
             "SELECT * FROM {source} {filter} ORDER BY created_at DESC, id DESC LIMIT ${limit} OFFSET ${offset}"
         )
     }
+}
+
+/// The done statement on schema `s`, with `also` added to the rows it moves.
+fn done(s: &str, also: &str) -> String {
+    format!(
+        "WITH o AS (SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[]) AS o(id, token, delivered)),
+         moved AS (
+             DELETE FROM {s}.events e USING o
+             WHERE e.id = o.id AND e.status = 'processing' AND e.lease_token = o.token {also}
+             RETURNING e.*, o.delivered AS now_delivered)
+         INSERT INTO {s}.event_log (id, type, payload, status, retry_count, attempts, last_error,
+             metadata, delivered, created_at, updated_at, dlq_count)
+         SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata,
+             now_delivered, created_at, $4, dlq_count FROM moved
+         ON CONFLICT (id) DO NOTHING
+         RETURNING id, dlq_count"
+    )
 }
