@@ -17,6 +17,10 @@ use crate::cmd::Db;
 pub struct Limits {
     /// One caller, one row per `INSERT`, each its own commit.
     pub one_row_commit_eps: f64,
+    /// The same commits one every 2 ms, as the latency figures publish: the p50 and p99 of one
+    /// commit (µs), the floor of a publish's latency (a publish is at least one commit).
+    pub spaced_commit_p50_us: f64,
+    pub spaced_commit_p99_us: f64,
     /// `INSERT … SELECT FROM unnest(…)`, 1,000 rows per statement, one caller.
     pub unnest_insert_eps: f64,
     /// `COPY … FROM STDIN` (text format), 1,000 rows per `COPY`, one caller.
@@ -76,6 +80,24 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
             .await?;
     }
     let one_row_commit_eps = one.len() as f64 / started.elapsed().as_secs_f64();
+
+    let (a, b) = take(scale(1_000, 100));
+    let mut spaced = Vec::new();
+    for (id, ty, payload) in &rows(a, b)? {
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        let started = Instant::now();
+        sqlx::query(AssertSqlSafe(insert.as_str()))
+            .bind(id)
+            .bind(ty)
+            .bind(payload)
+            .bind(now_ms())
+            .execute(&pool)
+            .await?;
+        spaced.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    spaced.sort_by(f64::total_cmp);
+    let spaced_commit_p50_us = super::harness::percentile(&spaced, 0.50);
+    let spaced_commit_p99_us = super::harness::percentile(&spaced, 0.99);
 
     let unnest_insert_eps = in_thousands(take(scale(200_000, 20_000)), async |chunk| {
         unnest(&pool, &table, &chunk).await
@@ -139,6 +161,8 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     pool.close().await;
     Ok(Limits {
         one_row_commit_eps,
+        spaced_commit_p50_us,
+        spaced_commit_p99_us,
         unnest_insert_eps,
         copy_insert_eps,
         claim_complete_eps,

@@ -529,5 +529,18 @@ pub fn print_table(r: &PgReport) {
         for (name, eps, share) in rows {
             println!("{name:<36}  {eps:>12.0}  {share}");
         }
+        println!(
+            "{:<36}  {:>12}  publish → other process p99 as a multiple of it",
+            "one-row commit every 2 ms: p50 / p99", "µs"
+        );
+        println!(
+            "{:<36}  {:>12}  {}",
+            "",
+            format!(
+                "{:.0} / {:.0}",
+                l.spaced_commit_p50_us, l.spaced_commit_p99_us
+            ),
+            ratio(r.notify_latency_p99_us, l.spaced_commit_p99_us)
+        );
     }
 }

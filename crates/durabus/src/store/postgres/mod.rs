@@ -71,6 +71,8 @@ use crate::sync::lock;
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Claims only (see [`claims_pool`]); always the store's own.
+    claims: PgPool,
     sql: Arc<PgSql>,
     schema: String,
     channel: String,
@@ -94,6 +96,36 @@ pub struct PgStore {
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
+/// The options of the store's pools. sqlx pings every connection it hands out by default: a
+/// round trip before each statement. Here only a connection idle for [`PING_IDLE`] is checked
+/// (one that broke while in use is dropped when it comes back: sqlx tests it on release).
+fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(acquire_timeout)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
+/// The pool of claims: one connection whose commits do not wait for their WAL flush
+/// (`synchronous_commit = off`). A claim only leases events: if the server crashes before its
+/// commit reaches the disk, its events are due again after recovery and delivered again (at
+/// least once, as after any crash; the outcome of the lost lease is refused by its token), and
+/// every later synchronous commit (an outcome's) flushes it first. Opened on first use.
+fn claims_pool(pool: &PgPool) -> PgPool {
+    let connect = (*pool.connect_options())
+        .clone()
+        .options([("synchronous_commit", "off")]);
+    pool_options(1, pool.options().get_acquire_timeout()).connect_lazy_with(connect)
+}
+
 pub(super) fn q(sql: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(sqlx::AssertSqlSafe(sql))
 }
@@ -139,21 +171,7 @@ impl PgStore {
             .chars()
             .take(63)
             .collect();
-        let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections)
-            .acquire_timeout(options.acquire_timeout)
-            // sqlx pings every connection it hands out: a round trip before each statement.
-            // Only a connection idle for a while is checked (one that broke while in use is
-            // dropped when it comes back: sqlx tests it on release).
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_IDLE {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
+        let pool = pool_options(options.max_connections, options.acquire_timeout)
             .connect_with(connect.application_name(&name))
             .await
             .map_err(|e| match e {
@@ -235,6 +253,7 @@ impl PgStore {
         tokio::spawn(insert::run(inserter.clone(), requests));
         Ok(PgStore {
             sql,
+            claims: claims_pool(&pool),
             pool,
             inserter,
             inserts: Mutex::new(Some(inserts)),
@@ -352,6 +371,7 @@ impl StoreLifecycle for PgStore {
         // be running, so their leases are left to run out (no heartbeat renews them now) and
         // other workers take them over then.
         self.held().clear();
+        self.claims.close().await;
         if self.owns_pool {
             self.pool.close().await;
         }

@@ -25,9 +25,7 @@ impl PgStore {
         let mut flags = vec![false; outcomes.len()];
         let done = Completions::of(outcomes, tokens)?;
         if !done.ids.is_empty() {
-            let moved = done
-                .write(tx, &self.sql.done, now, &mut flags)
-                .await?;
+            let moved = done.write(tx, &self.sql.done, now, &mut flags).await?;
             // Revived dead letters that were delivered resolve their records.
             for (id, dlq_count) in &moved {
                 if *dlq_count > 0 {
