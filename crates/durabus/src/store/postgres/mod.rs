@@ -114,7 +114,8 @@ fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOption
         })
 }
 
-/// The pool of claims: one connection whose commits do not wait for their WAL flush
+/// The pool of claims: up to two connections (one dispatcher claims at a time; own worker loops
+/// may poll concurrently) whose commits do not wait for their WAL flush
 /// (`synchronous_commit = off`). A claim only leases events: if the server crashes before its
 /// commit reaches the disk, its events are due again after recovery and delivered again (at
 /// least once, as after any crash; the outcome of the lost lease is refused by its token), and
@@ -123,7 +124,7 @@ fn claims_pool(pool: &PgPool) -> PgPool {
     let connect = (*pool.connect_options())
         .clone()
         .options([("synchronous_commit", "off")]);
-    pool_options(1, pool.options().get_acquire_timeout()).connect_lazy_with(connect)
+    pool_options(2, pool.options().get_acquire_timeout()).connect_lazy_with(connect)
 }
 
 pub(super) fn q(sql: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
