@@ -159,6 +159,89 @@ async fn a_publish_elsewhere_wakes_an_idle_worker_through_notify() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_in_the_same_process_wakes_its_own_idle_worker() {
+    if !pg_available().await {
+        return;
+    }
+    // The listener ignores the NOTIFY echo of its own store's inserts: the insert itself must
+    // wake the dispatcher (its fallback poll is an hour), for lone publishes written on the
+    // caller's task, for publishes gathered by the group-commit task and for large batches.
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let bus = Arc::new(listening_bus(&schema, &seen).await);
+    for i in 0..20 {
+        let id = bus.enqueue("x.lone", &i).await.unwrap();
+        eventually("the event published in this process", async || {
+            seen.all().contains(&id.to_string())
+        })
+        .await;
+    }
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let bus = bus.clone();
+            tokio::spawn(async move { bus.enqueue("x.together", &i).await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eventually("the concurrent publishes", async || seen.len() == 52).await;
+    let batch: Vec<NewEvent> = (0..150)
+        .map(|i| NewEvent::new("x.batch", &i).unwrap())
+        .collect();
+    bus.enqueue_batch(batch).await.unwrap();
+    eventually("the batch", async || seen.len() == 202).await;
+    bus.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_skips_its_flush_without_changing_the_sessions_setting() {
+    if !pg_available().await {
+        return;
+    }
+    // The application's pool, one connection: the claim runs on the very connection that is
+    // asked afterwards.
+    let schema = unique_schema();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+        .unwrap();
+    let no_listener = PgOptions {
+        listen: false,
+        ..options(&schema)
+    };
+    let store = PgStore::from_pool(pool.clone(), no_listener).await.unwrap();
+    let clock = ManualClock::new(durabus::Timestamp(1_000_000));
+    let e = NewEvent::new("x.claimed", &1).unwrap();
+    store
+        .insert(vec![e.clone()], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    let claimed = store.claim_due(clock.now(), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, e.id);
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(setting, "on", "the claim's setting leaked into the session");
+    // The claim committed: another connection sees the event held.
+    let status: String = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT status FROM \"{schema}\".events WHERE id = $1"
+    )))
+    .bind(e.id.0)
+    .fetch_one(&admin().await)
+    .await
+    .unwrap();
+    assert_eq!(status, "processing");
+    store.close().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pg_outbox_publish_commits_or_rolls_back_with_the_callers_transaction() {
     if !pg_available().await {
         return;

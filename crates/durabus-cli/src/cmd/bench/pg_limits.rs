@@ -68,31 +68,17 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     let (a, b) = take(scale(3_000, 300));
     let one = rows(a, b)?;
     let started = Instant::now();
-    let insert =
-        format!("INSERT INTO {table} ({COLUMNS}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)");
-    for (id, ty, payload) in &one {
-        sqlx::query(AssertSqlSafe(insert.as_str()))
-            .bind(id)
-            .bind(ty)
-            .bind(payload)
-            .bind(now_ms())
-            .execute(&pool)
-            .await?;
+    for row in &one {
+        insert_one(&pool, &table, row).await?;
     }
     let one_row_commit_eps = one.len() as f64 / started.elapsed().as_secs_f64();
 
     let (a, b) = take(scale(1_000, 100));
     let mut spaced = Vec::new();
-    for (id, ty, payload) in &rows(a, b)? {
+    for row in &rows(a, b)? {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         let started = Instant::now();
-        sqlx::query(AssertSqlSafe(insert.as_str()))
-            .bind(id)
-            .bind(ty)
-            .bind(payload)
-            .bind(now_ms())
-            .execute(&pool)
-            .await?;
+        insert_one(&pool, &table, row).await?;
         spaced.push(started.elapsed().as_secs_f64() * 1e6);
     }
     spaced.sort_by(f64::total_cmp);
@@ -167,6 +153,24 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
         copy_insert_eps,
         claim_complete_eps,
     })
+}
+
+/// One row in one `INSERT`, committed on its own.
+async fn insert_one(
+    pool: &PgPool,
+    table: &str,
+    (id, ty, payload): &(Uuid, String, String),
+) -> anyhow::Result<()> {
+    let insert =
+        format!("INSERT INTO {table} ({COLUMNS}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)");
+    sqlx::query(AssertSqlSafe(insert))
+        .bind(id)
+        .bind(ty)
+        .bind(payload)
+        .bind(now_ms())
+        .execute(pool)
+        .await?;
+    Ok(())
 }
 
 /// Inserts rows `a..b` with `insert`, 1,000 at a time; returns rows per second.

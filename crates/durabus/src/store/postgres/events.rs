@@ -66,7 +66,7 @@ impl EventStore for PgStore {
         let holding = self.held_tokens();
         let cost = interrupted(Interruption::LeaseExpired);
         let asked = std::time::Instant::now();
-        let mut conn = self.claims.acquire().await?;
+        let mut conn = self.pool.acquire().await?;
         let lease_from = super::heartbeat::lease_start(now, asked.elapsed(), self.lease_ms);
         let rows = q(&self.sql.claim)
             .bind(now.as_millis())

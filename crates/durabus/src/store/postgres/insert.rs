@@ -238,6 +238,10 @@ impl Inserter {
             channel: &self.channel,
             from: &self.worker,
         });
+        // Pending events wake the local dispatcher however this ends, also when the caller's
+        // future is dropped after the commit (a direct write runs on the caller's task): this
+        // store's listener ignores the NOTIFY echo of its own inserts.
+        let _wake = (!claimed).then(|| WakeOnDrop(&self.wake));
         let mut conn = self.pool.acquire().await?;
         // One statement stores and commits in one go here: the point fires just before it.
         crate::fail_point!("insert.before_commit");
@@ -247,10 +251,17 @@ impl Inserter {
             for id in &stored {
                 held.insert(EventId(*id), token);
             }
-        } else if !stored.is_empty() {
-            self.wake.notify_one();
         }
         Ok(stored)
+    }
+}
+
+/// Wakes the dispatcher when dropped.
+struct WakeOnDrop<'a>(&'a Notify);
+
+impl Drop for WakeOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.notify_one();
     }
 }
 

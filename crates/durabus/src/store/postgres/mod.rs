@@ -45,10 +45,6 @@ use uuid::Uuid;
 
 pub use options::{DEFAULT_SCHEMA, PgOptions, validate_schema};
 
-/// A pooled connection idle this long is pinged before it is handed out (a server restart
-/// meanwhile would otherwise fail the next statement on it); one in steady use is not.
-const PING_IDLE: Duration = Duration::from_secs(1);
-
 /// The claim statement on schema `s` (quoted, as the gauge statements take it), public for the
 /// query-plan test. Its parameters: `$1` now (ms), `$2` the limit, `$3` the worker, `$4` the
 /// lease token, `$5` the lease (ms), `$6` the tokens this process holds, `$7`–`$9` what an
@@ -71,8 +67,6 @@ use crate::sync::lock;
 #[derive(Debug)]
 pub struct PgStore {
     pool: PgPool,
-    /// Claims only (see [`claims_pool`]); always the store's own.
-    claims: PgPool,
     sql: Arc<PgSql>,
     schema: String,
     channel: String,
@@ -96,37 +90,6 @@ pub struct PgStore {
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
-/// The options of the store's pools. sqlx pings every connection it hands out by default: a
-/// round trip before each statement. Here only a connection idle for [`PING_IDLE`] is checked
-/// (one that broke while in use is dropped when it comes back: sqlx tests it on release).
-fn pool_options(max_connections: u32, acquire_timeout: Duration) -> PgPoolOptions {
-    PgPoolOptions::new()
-        .max_connections(max_connections)
-        .acquire_timeout(acquire_timeout)
-        .test_before_acquire(false)
-        .before_acquire(|conn, meta| {
-            Box::pin(async move {
-                if meta.idle_for >= PING_IDLE {
-                    sqlx::Connection::ping(conn).await?;
-                }
-                Ok(true)
-            })
-        })
-}
-
-/// The pool of claims: up to two connections (one dispatcher claims at a time; own worker loops
-/// may poll concurrently) whose commits do not wait for their WAL flush
-/// (`synchronous_commit = off`). A claim only leases events: if the server crashes before its
-/// commit reaches the disk, its events are due again after recovery and delivered again (at
-/// least once, as after any crash; the outcome of the lost lease is refused by its token), and
-/// every later synchronous commit (an outcome's) flushes it first. Opened on first use.
-fn claims_pool(pool: &PgPool) -> PgPool {
-    let connect = (*pool.connect_options())
-        .clone()
-        .options([("synchronous_commit", "off")]);
-    pool_options(2, pool.options().get_acquire_timeout()).connect_lazy_with(connect)
-}
-
 pub(super) fn q(sql: &str) -> sqlx::query::Query<'static, Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(sqlx::AssertSqlSafe(sql))
 }
@@ -172,7 +135,9 @@ impl PgStore {
             .chars()
             .take(63)
             .collect();
-        let pool = pool_options(options.max_connections, options.acquire_timeout)
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
             .connect_with(connect.application_name(&name))
             .await
             .map_err(|e| match e {
@@ -254,7 +219,6 @@ impl PgStore {
         tokio::spawn(insert::run(inserter.clone(), requests));
         Ok(PgStore {
             sql,
-            claims: claims_pool(&pool),
             pool,
             inserter,
             inserts: Mutex::new(Some(inserts)),
@@ -372,7 +336,6 @@ impl StoreLifecycle for PgStore {
         // be running, so their leases are left to run out (no heartbeat renews them now) and
         // other workers take them over then.
         self.held().clear();
-        self.claims.close().await;
         if self.owns_pool {
             self.pool.close().await;
         }

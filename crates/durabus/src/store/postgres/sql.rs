@@ -83,6 +83,13 @@ impl PgSql {
             // event this process still holds (`$6`, its tokens): its delivery may still be
             // running here, and its outcome must stay the one that counts unless another worker
             // takes the event over.
+            //
+            // `lazy` lets this statement's commit skip waiting for its WAL flush
+            // (`synchronous_commit = off` for its own transaction only; the session keeps its
+            // setting). A claim only leases events: lost in a server crash before the flush, its
+            // events are due again after recovery and delivered again (at least once, as after
+            // any crash), the lost lease's outcome is refused by its token, and every later
+            // synchronous commit (an outcome's, a publish's) flushes the claim first.
             claim: format!(
                 "WITH expired AS (
                      SELECT id FROM {s}.events
@@ -93,6 +100,7 @@ impl PgSql {
                      SELECT id FROM {s}.events
                      WHERE status = 'pending' AND next_attempt_at <= $1
                      ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 lazy AS (SELECT set_config('synchronous_commit', 'off', true)),
                  picked AS (
                      SELECT id, true AS reclaimed FROM expired
                      UNION ALL SELECT id, false FROM due LIMIT $2)
@@ -106,7 +114,7 @@ impl PgSql {
                          ELSE e.last_error END,
                      lease_owner = $3, lease_token = $4, lease_expires_at = $10 + $5,
                      processing_started_at = $1, updated_at = $1
-                 FROM picked p WHERE e.id = p.id
+                 FROM picked p, lazy WHERE e.id = p.id
                  RETURNING e.id, e.type, e.payload::text AS payload, e.status, e.retry_count, e.last_error,
                      e.metadata, e.delivered, e.created_at, e.updated_at, e.next_attempt_at, e.dlq_at, e.dlq_count,
                      p.reclaimed"
