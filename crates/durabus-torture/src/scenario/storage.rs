@@ -31,10 +31,15 @@ fn counts(child: &Child) -> (usize, usize) {
 }
 
 /// Holds SQLite's write lock on `path` for `time`, from this (another) process.
-fn hold_write_lock(path: &Path, time: Duration) -> anyhow::Result<()> {
+fn hold_write_lock(
+    path: &Path,
+    time: Duration,
+    taken: std::sync::mpsc::Sender<()>,
+) -> anyhow::Result<()> {
     let conn = durabus::rusqlite::Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.execute_batch("BEGIN IMMEDIATE")?;
+    let _ = taken.send(());
     std::thread::sleep(time);
     conn.execute_batch("COMMIT")?;
     Ok(())
@@ -107,9 +112,10 @@ fn ledgered(
 
     // A short hold (300 ms, under the bus's 1 s wait): no publish fails.
     let before = counts(&child);
+    let (taken, _) = std::sync::mpsc::channel();
     let holder = {
         let path = path.clone();
-        std::thread::spawn(move || hold_write_lock(&path, Duration::from_millis(300)))
+        std::thread::spawn(move || hold_write_lock(&path, Duration::from_millis(300), taken))
     };
     child.pump_for(&mut ledger, Duration::from_millis(600))?;
     holder
@@ -125,10 +131,16 @@ fn ledgered(
     }
 
     // A long hold (3 s, over the bus's 1 s wait): publishes fail clearly, then recover.
+    let (taken, lock_taken) = std::sync::mpsc::channel();
     let holder = {
         let path = path.clone();
-        std::thread::spawn(move || hold_write_lock(&path, Duration::from_secs(3)))
+        std::thread::spawn(move || hold_write_lock(&path, Duration::from_secs(3), taken))
     };
+    // The 3 s count from when the holder has the lock: it may wait for the bus's writer first.
+    let asked = Instant::now();
+    while lock_taken.try_recv().is_err() && asked.elapsed() < Duration::from_secs(10) {
+        child.pump_for(&mut ledger, Duration::from_millis(10))?;
+    }
     child.pump_for(&mut ledger, Duration::from_millis(3200))?;
     holder
         .join()
