@@ -68,8 +68,10 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     let (a, b) = take(scale(3_000, 300));
     let one = rows(a, b)?;
     let started = Instant::now();
+    let insert =
+        format!("INSERT INTO {table} ({COLUMNS}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)");
     for row in &one {
-        insert_one(&pool, &table, row).await?;
+        insert_one(&pool, &insert, row).await?;
     }
     let one_row_commit_eps = one.len() as f64 / started.elapsed().as_secs_f64();
 
@@ -78,7 +80,7 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     for row in &rows(a, b)? {
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         let started = Instant::now();
-        insert_one(&pool, &table, row).await?;
+        insert_one(&pool, &insert, row).await?;
         spaced.push(started.elapsed().as_secs_f64() * 1e6);
     }
     spaced.sort_by(f64::total_cmp);
@@ -155,14 +157,12 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     })
 }
 
-/// One row in one `INSERT`, committed on its own.
+/// One row by the one-row `insert` statement, committed on its own.
 async fn insert_one(
     pool: &PgPool,
-    table: &str,
+    insert: &str,
     (id, ty, payload): &(Uuid, String, String),
 ) -> anyhow::Result<()> {
-    let insert =
-        format!("INSERT INTO {table} ({COLUMNS}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)");
     sqlx::query(AssertSqlSafe(insert))
         .bind(id)
         .bind(ty)
