@@ -361,11 +361,15 @@ impl From<sqlx::Error> for Error {
                 source: "no connection became available in time".into(),
             },
             sqlx::Error::PoolClosed => Error::StoreClosed,
-            sqlx::Error::Io(e) => Error::Unavailable { source: e.into() },
+            sqlx::Error::Io(e) => {
+                crate::store::postgres::liveness::connection_lost();
+                Error::Unavailable { source: e.into() }
+            }
             sqlx::Error::Database(e) => {
                 let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
                 let kind = match code.as_str() {
                     c if c.starts_with("08") || c == "57P01" || c == "57P03" => {
+                        crate::store::postgres::liveness::connection_lost();
                         return Error::Unavailable { source: e.into() };
                     }
                     "23505" | "40001" | "40P01" => ErrorKind::Conflict,

@@ -630,6 +630,75 @@ async fn during_an_outage_publish_fails_fast_and_afterwards_nothing_acknowledged
     drop_schema(&schema).await;
 }
 
+/// Pooled connections used a moment ago are handed out without sqlx's ping; when the server
+/// kills them all, at most the first statement fails, and every idle connection is checked
+/// and replaced before its next use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_server_kills_the_pools_connections_only_the_first_statement_fails() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let store = PgStore::connect(
+        &pg_url(),
+        PgOptions {
+            listen: false,
+            ..options(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let clock = ManualClock::default();
+    let e = NewEvent::new("x.keep", &0).unwrap();
+    let id = e.id;
+    store
+        .insert(vec![e], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    // Every connection of the pool open and idle, each used a moment ago.
+    let held: Vec<_> = open_connections(store.pool(), 3).await;
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let pool = admin().await;
+    let killed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name LIKE $1) t",
+    )
+    .bind(format!("durabus {schema} %"))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(killed, 3, "the pool's connections");
+    let mut failures = Vec::new();
+    for i in 0..20 {
+        match store.get_event(id).await {
+            Ok(found) => assert!(found.is_some()),
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+                failures.push(i);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty() || failures == [0],
+        "statements that failed: {failures:?}"
+    );
+    store.close().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+/// Holds `n` connections of `pool` at once, so the pool has opened that many.
+async fn open_connections(
+    pool: &sqlx::PgPool,
+    n: usize,
+) -> Vec<sqlx::pool::PoolConnection<sqlx::Postgres>> {
+    let mut held = Vec::new();
+    for _ in 0..n {
+        held.push(pool.acquire().await.unwrap());
+    }
+    held
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_subscribing_with_one_name_at_once_both_succeed() {
     if !pg_available().await {

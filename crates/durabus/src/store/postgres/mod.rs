@@ -18,6 +18,7 @@ mod heartbeat;
 mod insert;
 mod jobs;
 mod listen;
+pub(crate) mod liveness;
 mod operations;
 mod options;
 mod outbox;
@@ -138,6 +139,17 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
+            // Not a ping before every statement: only where a connection may have broken
+            // while idle (see `liveness`).
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if liveness::must_ping(meta.idle_for) {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect.application_name(&name))
             .await
             .map_err(|e| match e {

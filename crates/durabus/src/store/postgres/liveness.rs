@@ -1,0 +1,90 @@
+//! When a pooled connection is pinged before it is handed out.
+//!
+//! sqlx pings every connection it hands out by default: a round trip before each statement,
+//! which costs one caller awaiting each publish about a fifth of its rate. The store pings only
+//! a connection that may have broken while it sat in the pool:
+//! - one idle for [`PING_IDLE`] or longer (as connection pools commonly do: HikariCP's
+//!   alive-bypass window), and
+//! - every one that went idle before a connection of this process last broke (a statement
+//!   failed with an I/O error or the server's "terminating connection"). A database restart or
+//!   a network cut breaks all of them at once, so after the first failure every idle connection
+//!   is checked and replaced if dead, instead of failing one statement each.
+//!
+//! A connection that broke while in use is closed when it comes back (sqlx tests it on
+//! release), so the pool never keeps one known to be dead.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A pooled connection used within this long is handed out without a ping first.
+pub(crate) const PING_IDLE: Duration = Duration::from_millis(500);
+
+/// When a connection last broke, in µs since [`base`] (0: never).
+static LOST_AT_US: AtomicU64 = AtomicU64::new(0);
+
+fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+fn now_us() -> u64 {
+    u64::try_from(base().elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Records that a connection broke: every connection idle since before now is pinged before
+/// its next use.
+pub(crate) fn connection_lost() {
+    LOST_AT_US.fetch_max(now_us().max(1), Ordering::Relaxed);
+}
+
+/// Whether a connection idle for `idle_for` must be pinged before it is handed out.
+pub(crate) fn must_ping(idle_for: Duration) -> bool {
+    suspect(idle_for, LOST_AT_US.load(Ordering::Relaxed), now_us())
+}
+
+/// [`must_ping`] with the last loss and the present (µs since [`base`]) given.
+fn suspect(idle_for: Duration, lost_at_us: u64, now_us: u64) -> bool {
+    if idle_for >= PING_IDLE {
+        return true;
+    }
+    let idle_since = now_us.saturating_sub(u64::try_from(idle_for.as_micros()).unwrap_or(u64::MAX));
+    lost_at_us != 0 && lost_at_us >= idle_since
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000;
+
+    #[test]
+    fn a_connection_idle_long_is_pinged_whatever_happened() {
+        assert!(suspect(PING_IDLE, 0, 10_000 * MS));
+        assert!(suspect(Duration::from_secs(60), 0, 10_000 * MS));
+    }
+
+    #[test]
+    fn a_connection_used_a_moment_ago_is_not_pinged_while_nothing_broke() {
+        assert!(!suspect(Duration::from_millis(1), 0, 10_000 * MS));
+        assert!(!suspect(Duration::from_millis(499), 0, 10_000 * MS));
+    }
+
+    #[test]
+    fn a_connection_idle_when_another_broke_is_pinged_one_released_after_is_not() {
+        // Lost at 9,990 ms; now 10,000 ms.
+        let lost = 9_990 * MS;
+        // Idle since 9,980 ms: it sat in the pool when the other one broke.
+        assert!(suspect(Duration::from_millis(20), lost, 10_000 * MS));
+        // Idle since 9,995 ms: released after the loss (and tested on release), so alive.
+        assert!(!suspect(Duration::from_millis(5), lost, 10_000 * MS));
+    }
+
+    #[test]
+    fn a_loss_is_recorded_for_every_pool_of_the_process() {
+        connection_lost();
+        let lost = LOST_AT_US.load(Ordering::Relaxed);
+        assert!(lost > 0);
+        assert!(suspect(Duration::from_millis(1), lost, lost));
+    }
+}
