@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OpenFlags};
+use rusqlite::{ErrorCode, OpenFlags};
 use tokio::sync::Notify;
 
 use super::sql::Sql;
@@ -147,7 +147,6 @@ impl SqliteStore {
             return Err(name_the_file(&path, e));
         }
         retry_busy(options.lock_timeout, || conn.execute_batch("COMMIT"))?;
-        warm_statements(&conn, &sql)?;
 
         let stats = Arc::new(WriteStats::default());
         let synchronous: u8 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
@@ -201,29 +200,4 @@ impl SqliteStore {
             lone_reply_us: AtomicU64::new(0),
         })
     }
-}
-
-/// Statements the writer keeps prepared: every statement it runs stays compiled (the default
-/// cache of 16 would evict the hot path's statements whenever the operations layer's run).
-const WRITER_STATEMENTS: usize = 128;
-
-/// Compiles the hot path's statements when the store opens, not on their first use: the first
-/// claim, outcome write and recovery of a new store would otherwise each pay for compiling
-/// theirs (a recovery's first claim waited about 0.4 ms behind its first outcome write).
-fn warm_statements(conn: &Connection, sql: &Sql) -> Result<()> {
-    conn.set_prepared_statement_cache_capacity(WRITER_STATEMENTS);
-    for statement in [
-        &sql.insert,
-        &sql.claim_select,
-        &sql.claim_update,
-        &sql.record_done,
-        &sql.record_done_revived,
-        &sql.record_retry,
-        &sql.record_dead,
-        &sql.recover,
-        &sql.release,
-    ] {
-        conn.prepare_cached(statement)?;
-    }
-    Ok(())
 }
