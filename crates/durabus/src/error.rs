@@ -356,20 +356,17 @@ impl From<rusqlite::Error> for Error {
 #[cfg(feature = "postgres")]
 impl From<sqlx::Error> for Error {
     fn from(err: sqlx::Error) -> Self {
+        crate::store::postgres::liveness::note(&err);
         match err {
             sqlx::Error::PoolTimedOut => Error::Unavailable {
                 source: "no connection became available in time".into(),
             },
             sqlx::Error::PoolClosed => Error::StoreClosed,
-            sqlx::Error::Io(e) => {
-                crate::store::postgres::liveness::connection_lost();
-                Error::Unavailable { source: e.into() }
-            }
+            sqlx::Error::Io(e) => Error::Unavailable { source: e.into() },
             sqlx::Error::Database(e) => {
                 let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
                 let kind = match code.as_str() {
-                    c if c.starts_with("08") || c == "57P01" || c == "57P03" => {
-                        crate::store::postgres::liveness::connection_lost();
+                    c if crate::store::postgres::liveness::connection_ended(c) => {
                         return Error::Unavailable { source: e.into() };
                     }
                     "23505" | "40001" | "40P01" => ErrorKind::Conflict,

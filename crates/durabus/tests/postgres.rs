@@ -669,6 +669,19 @@ async fn after_the_server_kills_the_pools_connections_only_the_first_statement_f
     .await
     .unwrap();
     assert_eq!(killed, 3, "the pool's connections");
+    // pg_terminate_backend only signals: wait until the backends have exited, so the first
+    // statement meets a dead connection (not one still finishing).
+    eventually("the killed backends to exit", async || {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
+        )
+        .bind(format!("durabus {schema} %"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        left == 0
+    })
+    .await;
     let mut failures = Vec::new();
     for i in 0..20 {
         match store.get_event(id).await {

@@ -60,6 +60,8 @@ async fn listen_once(
             Some(_) => wake.notify_one(),
             // The connection dropped; the next call reconnects and listens again.
             None => {
+                // Often the first sign of a restart: the pool's idle connections are checked.
+                super::liveness::connection_lost();
                 wake.notify_one();
                 if !pool.is_closed() {
                     tracing::warn!("LISTEN connection dropped; reconnecting");

@@ -144,8 +144,12 @@ impl PgStore {
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
-                    if liveness::must_ping(meta.idle_for) {
-                        sqlx::Connection::ping(conn).await?;
+                    if liveness::must_ping(meta.idle_for)
+                        && let Err(e) = sqlx::Connection::ping(conn).await
+                    {
+                        // The others idle beside it may be dead too.
+                        liveness::note(&e);
+                        return Err(e);
                     }
                     Ok(true)
                 })
@@ -300,6 +304,7 @@ impl PgStore {
             .execute(&self.pool)
             .await;
         if let Err(e) = sent {
+            liveness::note(&e);
             tracing::debug!(error = %e, "NOTIFY failed; other workers find the events by polling");
         }
     }
