@@ -61,6 +61,26 @@ async fn listening_bus(schema: &str, seen: &Seen) -> EventBus {
     bus
 }
 
+/// Connections the stores on `schema` opened under their own name (`durabus <schema> <worker>`).
+async fn store_connections(admin: &sqlx::PgPool, schema: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1")
+        .bind(format!("durabus {schema} %"))
+        .fetch_one(admin)
+        .await
+        .unwrap()
+}
+
+/// Terminates every connection the stores on `schema` opened; returns how many.
+async fn kill_store_connections(admin: &sqlx::PgPool, schema: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1",
+    )
+    .bind(format!("durabus {schema} %"))
+    .fetch_one(admin)
+    .await
+    .unwrap()
+}
+
 async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let start = Instant::now();
     while !check().await {
@@ -465,15 +485,7 @@ async fn killed_connections_are_replaced_and_the_listener_comes_back() {
     eventually("delivery", async || seen.all().contains(&first.to_string())).await;
     // Kill every connection of both buses, the worker's LISTEN connection included.
     let pool = admin().await;
-    let killed: i64 = sqlx::query(
-        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1",
-    )
-    .bind(format!("durabus {schema} %"))
-    .fetch_one(&pool)
-    .await
-    .unwrap()
-    .try_get(0)
-    .unwrap();
+    let killed = kill_store_connections(&pool, &schema).await;
     assert!(killed >= 2, "killed {killed}");
     // Publishing carries on (a dead pooled connection is replaced), and the worker, idle
     // with an hour-long poll, still hears about it: its listener reconnected.
@@ -660,26 +672,12 @@ async fn after_the_server_kills_the_pools_connections_only_the_first_statement_f
     drop(held);
     tokio::time::sleep(Duration::from_millis(20)).await;
     let pool = admin().await;
-    let killed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE application_name LIKE $1) t",
-    )
-    .bind(format!("durabus {schema} %"))
-    .fetch_one(&pool)
-    .await
-    .unwrap();
+    let killed = kill_store_connections(&pool, &schema).await;
     assert_eq!(killed, 3, "the pool's connections");
     // pg_terminate_backend only signals: wait until the backends have exited, so the first
     // statement meets a dead connection (not one still finishing).
     eventually("the killed backends to exit", async || {
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
-        )
-        .bind(format!("durabus {schema} %"))
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        left == 0
+        store_connections(&pool, &schema).await == 0
     })
     .await;
     let mut failures = Vec::new();
@@ -982,13 +980,7 @@ async fn a_bus_on_the_applications_pool_opens_no_pool_of_its_own_and_leaves_it_o
 
     // Every connection the bus used is the application's: none carries durabus's own name.
     let watcher = admin().await;
-    let ours: i64 =
-        sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1")
-            .bind(format!("durabus {schema} %"))
-            .fetch_one(&watcher)
-            .await
-            .unwrap()
-            .get(0);
+    let ours = store_connections(&watcher, &schema).await;
     assert_eq!(ours, 0, "the bus opened connections of its own");
     let shared: i64 =
         sqlx::query("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
