@@ -1,5 +1,6 @@
-//! The SQLite store keeps its WAL bounded even while readers never stop: past
-//! `SqliteOptions::wal_limit` it runs a `TRUNCATE` checkpoint.
+//! The SQLite store keeps its WAL bounded even while readers never stop: while writes keep
+//! coming it starts the WAL over from half of `SqliteOptions::wal_limit` (a `RESTART` checkpoint
+//! between two groups), and an idle store past the limit empties it (`TRUNCATE`).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;

@@ -63,10 +63,14 @@ impl Breakers {
         let mut map = lock(&self.map);
         subs.iter()
             .map(|sub| {
-                let b = map
-                    .entry(sub.id.clone())
-                    .or_insert_with(|| Breaker::new(self.config));
-                let (admission, t) = b.admit(now);
+                // Looked up before inserting: `entry` would copy the id on every delivery.
+                let (admission, t) = match map.get_mut(&sub.id) {
+                    Some(b) => b.admit(now),
+                    None => map
+                        .entry(sub.id.clone())
+                        .or_insert_with(|| Breaker::new(self.config))
+                        .admit(now),
+                };
                 self.changed(sub, t);
                 admission
             })

@@ -165,14 +165,15 @@ impl Dispatcher {
         }
     }
 
-    /// Logs a decision and tells the observers (`created`: when the event was published).
+    /// Logs a decision and tells the observers (`created`: when the event was published;
+    /// `now`: when the pass ended, on the bus clock).
     fn account(
         &self,
         decision: &Decision,
         id: EventId,
         event_type: &str,
         prior: u32,
-        created: Timestamp,
+        (created, now): (Timestamp, Timestamp),
     ) {
         emit(&decision.log, id, event_type);
         for o in &self.observers {
@@ -180,15 +181,8 @@ impl Dispatcher {
         }
         if !crate::pattern::is_system_type(event_type) {
             self.telemetry
-                .pass_finished(event_type, decision.pass, self.since(created));
+                .pass_finished(event_type, decision.pass, between(created, now));
         }
-    }
-
-    /// Time on the bus clock since `then` (zero if the clock is behind it).
-    fn since(&self, then: Timestamp) -> Duration {
-        Duration::from_millis(
-            u64::try_from(self.clock.now().as_millis() - then.as_millis()).unwrap_or(0),
-        )
     }
 
     /// Writes outcomes, timing the store call for the metrics.
@@ -213,49 +207,59 @@ impl Dispatcher {
     /// the snapshot of a failure.
     pub async fn attempt(&self, event: Event) -> Attempted {
         let (subs, policy) = self.policy_for(&event.event_type);
-        let ran = if decide::exhausted(&event, &policy) {
+        // The bus clock is read once before the handlers run and once after: a delivery's
+        // breaker admission and start latency share the first, its breaker record, decision
+        // and time-to-done the second.
+        let started = self.clock.now();
+        let (ran, ended) = if decide::exhausted(&event, &policy) {
             // Every allowed attempt was used by processes that died during it: a handler
             // that kills its process must not loop forever.
-            Ran::Exhausted {
+            let ran = Ran::Exhausted {
                 subscription: subs
                     .iter()
                     .find(|s| !event.delivered.contains(&s.key))
                     .map(|s| (s.info.id.clone(), s.key.clone())),
-            }
+            };
+            (ran, None)
         } else {
             if event.retry_count == 0
                 && event.delivered.is_empty()
                 && !subs.is_empty()
                 && !crate::pattern::is_system_type(&event.event_type)
             {
-                self.telemetry.handler_started(self.since(event.created_at));
+                self.telemetry
+                    .handler_started(between(event.created_at, started));
             }
-            self.run_handlers(&event, &subs).await
+            self.run_handlers(&event, &subs, started).await
         };
         let (id, prior, event_type) = (event.id, event.retry_count, event.event_type.clone());
         let created = event.created_at;
         let payload = self.config.payload_snapshots.then(|| event.payload.clone());
-        let decision = decide(
-            event,
-            ran,
-            self.policies(&policy),
-            self.clock.now(),
-            fastrand::f64(),
-        );
-        self.account(&decision, id, &event_type, prior, created);
+        let now = ended.unwrap_or_else(|| self.clock.now());
+        let decision = decide(event, ran, self.policies(&policy), now, fastrand::f64());
+        self.account(&decision, id, &event_type, prior, (created, now));
         let snap = payload.and_then(|p| self.error_snapshot(id, &event_type, &p, &decision.log));
         (decision.outcome, snap)
     }
 
-    async fn run_handlers(&self, event: &Event, subs: &[Arc<Entry>]) -> Ran {
+    /// Runs the pending handlers of `event` (`now`: the bus clock before the first runs);
+    /// returns what ran and when the last handler that ran ended.
+    async fn run_handlers(
+        &self,
+        event: &Event,
+        subs: &[Arc<Entry>],
+        now: Timestamp,
+    ) -> (Ran, Option<Timestamp>) {
         let mut delivered = event.delivered.clone();
         let pending: Vec<&Arc<Entry>> = subs
             .iter()
             .filter(|s| !delivered.iter().any(|k| k == &s.key))
             .collect();
         let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
-        let admissions = self.breakers.admit(&infos, self.clock.now());
+        let admissions = self.breakers.admit(&infos, now);
         let mut deferred_until: Option<Timestamp> = None;
+        // When the last handler that ran ended: what the breakers and the decision are told.
+        let mut ended = None;
         for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
             if let Admission::Skip { retry_at } = admission {
                 // Open breaker: this handler gets the event later; the others run now.
@@ -266,8 +270,9 @@ impl Dispatcher {
             let result = run::run_handler(sub, event.clone()).await;
             self.telemetry
                 .handler_finished(sub.info.label(), result.kind(), started.elapsed());
-            self.breakers
-                .record(&sub.info, self.clock.now(), result.is_ok());
+            let at = self.clock.now();
+            ended = Some(at);
+            self.breakers.record(&sub.info, at, result.is_ok());
             let Some((error, causes)) = result.into_failure() else {
                 delivered.push(sub.key.clone());
                 continue;
@@ -279,7 +284,7 @@ impl Dispatcher {
                     self.breakers.release_probe(&later.info.id);
                 }
             }
-            return Ran::Handlers {
+            let ran = Ran::Handlers {
                 delivered,
                 failure: Some(Failure {
                     subscription_id: sub.info.id.clone(),
@@ -289,12 +294,14 @@ impl Dispatcher {
                 }),
                 deferred_until,
             };
+            return (ran, ended);
         }
-        Ran::Handlers {
+        let ran = Ran::Handlers {
             delivered,
             failure: None,
             deferred_until,
-        }
+        };
+        (ran, ended)
     }
 
     /// Delivers a `processing` event and records the outcome (an inline publish).
@@ -380,7 +387,12 @@ impl Dispatcher {
         if applied.first() != Some(&true) {
             return Err(Error::NotHeld(id.to_string()));
         }
-        self.account(&decision, id, &event_type, prior, created);
+        self.account(&decision, id, &event_type, prior, (created, now));
         Ok(())
     }
+}
+
+/// Time from `then` to `now` on the bus clock (zero if the clock went back).
+fn between(then: Timestamp, now: Timestamp) -> Duration {
+    Duration::from_millis(u64::try_from(now.as_millis() - then.as_millis()).unwrap_or(0))
 }

@@ -7,10 +7,10 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use super::inflight::InFlightGuard;
 use super::{Attempted, Dispatcher};
@@ -20,7 +20,7 @@ use crate::store::Outcome;
 
 /// An outcome (and its snapshot) on its way to the store, with the in-flight guard that makes
 /// shutdown wait for the write and its place among the outcomes not yet recorded.
-type Finished = (Attempted, InFlightGuard, OwnedSemaphorePermit);
+type Finished = (Attempted, InFlightGuard, Unrecorded);
 
 /// Most outcomes written in one store call.
 const COMPLETION_BATCH: usize = 1024;
@@ -31,6 +31,49 @@ const COMPLETION_BATCH: usize = 1024;
 /// more outcome waiting, and on PostgreSQL the renewals then slow the writes further. The
 /// reliability suite saw 3,900 held events and a drain at a crawl before this bound.
 const UNRECORDED_MAX: usize = COMPLETION_BATCH;
+
+/// The deliveries started whose outcomes are not yet recorded, and a signal for the loop
+/// waiting for room below [`UNRECORDED_MAX`]. Only the loop adds to the count, so checking and
+/// adding need no lock: an atomic and a `Notify` cost less per delivery than a semaphore,
+/// whose every release takes a lock.
+#[derive(Debug, Default)]
+struct Outstanding {
+    count: AtomicUsize,
+    room: Notify,
+}
+
+/// One delivery counted in [`Outstanding`]; dropping it (once the outcome is written, or
+/// when the delivery never started) makes room for another.
+struct Unrecorded(Arc<Outstanding>);
+
+impl Outstanding {
+    /// Waits until fewer than `max` deliveries are unrecorded, then counts one more.
+    async fn enter(self: &Arc<Self>, max: usize) -> Unrecorded {
+        loop {
+            if self.count.load(Ordering::Acquire) < max {
+                self.count.fetch_add(1, Ordering::AcqRel);
+                return Unrecorded(self.clone());
+            }
+            // Full: register for the signal, then look again, so room made meanwhile is seen.
+            let room = self.room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            if self.count.load(Ordering::Acquire) < max {
+                self.count.fetch_add(1, Ordering::AcqRel);
+                return Unrecorded(self.clone());
+            }
+            room.await;
+        }
+    }
+}
+
+impl Drop for Unrecorded {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == UNRECORDED_MAX {
+            self.0.room.notify_one();
+        }
+    }
+}
 
 /// Writes finished deliveries' outcomes in batches: one store call for all that are waiting.
 /// Ends when every sender (the loop and each delivery) is gone.
@@ -121,7 +164,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     let store = dispatcher.store().clone();
     let clock = dispatcher.clock().clone();
     let slots = Arc::new(Semaphore::new(config.concurrency));
-    let unrecorded = Arc::new(Semaphore::new(UNRECORDED_MAX));
+    let unrecorded = Arc::new(Outstanding::default());
     let wake = store.wakeups();
     let mut jumps = clock.jumps();
     let mut failures = 0u32;
@@ -137,7 +180,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         }
         // Room for one more outcome waiting to be written, then a free delivery slot.
         let write = tokio::select! {
-            p = unrecorded.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            w = unrecorded.enter(UNRECORDED_MAX) => w,
             _ = shutdown.recv() => break,
         };
         let slot = tokio::select! {
@@ -228,13 +271,15 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
 fn spawn_delivery(
     dispatcher: &Arc<Dispatcher>,
     event: Event,
-    (slot, write): (OwnedSemaphorePermit, OwnedSemaphorePermit),
+    (slot, write): (OwnedSemaphorePermit, Unrecorded),
     finished: mpsc::UnboundedSender<Finished>,
     count: Arc<AtomicU64>,
 ) {
     let guard = dispatcher.inflight().enter();
     let dispatcher = dispatcher.clone();
-    tokio::spawn(async move {
+    // Boxed: the delivery's state is about a kilobyte, and the runtime moves a spawned future
+    // several times (into its task cell, through each stage) where a box moves one pointer.
+    tokio::spawn(Box::pin(async move {
         let outcome = dispatcher.attempt(event).await;
         count.fetch_add(1, Ordering::Relaxed);
         // The slot is free once the handlers are done; the guard stays until the outcome is
@@ -243,7 +288,7 @@ fn spawn_delivery(
         // The completer outlives every sender; if it is gone the runtime is stopping and the
         // event is recovered on the next start.
         let _ = finished.send((outcome, guard, write));
-    });
+    }));
 }
 
 async fn jumped(jumps: &mut Option<watch::Receiver<i64>>) {

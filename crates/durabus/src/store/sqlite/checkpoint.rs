@@ -6,15 +6,22 @@
 //!
 //! A passive checkpoint copies back only the frames no reader still needs, and the WAL starts
 //! over only when a writer finds it fully copied back while no reader uses it. Under a steady
-//! stream of reads that moment never comes and the file grows without end (2 GB after a
-//! million events in the reliability suite). So once the WAL passes the store's `wal_limit`,
-//! a `TRUNCATE` checkpoint runs: holding back new writes, it waits (up to 1 s) for the readers
-//! still in the WAL to finish, copies the rest back and empties the file. While the writer is
-//! busy, this thread could wait forever for the write lock between its back-to-back
-//! transactions, so it asks the writer thread to run it between two groups (their callers are
-//! answered first); when the writer is idle, this thread runs it itself. After a checkpoint
-//! that a reader held up past the wait, the next request comes twice as late (up to 30 s), so
-//! a reader that never lets go costs writes at most a thirtieth of their time.
+//! stream of writes or reads that moment never comes (the writer has always appended more
+//! since the checkpoint began) and the file grows without end (2 GB after a million events in
+//! the reliability suite). So while the writer is busy, once the WAL passes half the store's
+//! `wal_limit`, this thread asks the writer thread to run a `RESTART` checkpoint between two
+//! of its groups (their callers are answered first; this thread could wait forever for the
+//! write lock between back-to-back transactions). Holding back new writes, it copies back
+//! the frames written since the last passive checkpoint and waits (up to 1 s) for readers
+//! still in the WAL to finish; the next write then starts the WAL over from its beginning,
+//! written over in place, so the file stays within the limit (SQLite's `journal_size_limit`
+//! cuts a longer one back when it starts over). That costs the writer a few milliseconds
+//! (one sync of the database file), where emptying the file (`TRUNCATE`) cost 150 ms to give
+//! the file system back tens of megabytes it would allocate again at once. When the writer is
+//! idle and the WAL is past the limit, this thread runs a `TRUNCATE` checkpoint itself and
+//! empties the file. After a checkpoint that a reader held up past the wait, the next request
+//! comes twice as late (up to 30 s), so a reader that never lets go costs writes at most a
+//! thirtieth of their time.
 //!
 //! The same thread watches for commits made by other connections (an application writing
 //! events in its own transactions, another process): `PRAGMA data_version` changes when another
@@ -32,29 +39,30 @@ use tokio::sync::Notify;
 const MIN_FRAMES: i64 = 1000;
 /// How often the thread looks for new commits.
 const PAUSE: Duration = Duration::from_millis(100);
-/// Least time between two `TRUNCATE` checkpoints.
-const TRUNCATE_EVERY: Duration = Duration::from_secs(1);
-/// Most time between two `TRUNCATE` checkpoints while readers keep holding the WAL.
-const TRUNCATE_EVERY_MAX: Duration = Duration::from_secs(30);
-/// How long a `TRUNCATE` checkpoint waits for readers to leave the WAL (holding back writes).
-const TRUNCATE_WAIT: Duration = Duration::from_secs(1);
+/// Least time between two checkpoints that start the WAL over.
+const RESET_EVERY: Duration = Duration::from_millis(200);
+/// Most time between two such checkpoints while readers keep holding the WAL.
+const RESET_EVERY_MAX: Duration = Duration::from_secs(30);
+/// How long a `RESTART` or `TRUNCATE` checkpoint waits for readers to leave the WAL (holding
+/// back writes).
+const RESET_WAIT: Duration = Duration::from_secs(1);
 
-/// A `TRUNCATE` checkpoint asked of the writer thread by the checkpoint thread, and how it went.
+/// A `RESTART` checkpoint asked of the writer thread by the checkpoint thread, and how it went.
 #[derive(Debug)]
-pub(super) struct Truncation {
+pub(super) struct WalReset {
     state: AtomicU8,
     /// The connections' usual busy timeout, restored after the checkpoint's longer wait.
     busy: Duration,
 }
 
-impl Truncation {
+impl WalReset {
     const IDLE: u8 = 0;
     const ASKED: u8 = 1;
     const DONE: u8 = 2;
     const FAILED: u8 = 3;
 
-    pub(super) fn new(busy: Duration) -> Truncation {
-        Truncation {
+    pub(super) fn new(busy: Duration) -> WalReset {
+        WalReset {
             state: AtomicU8::new(Self::IDLE),
             busy,
         }
@@ -69,7 +77,7 @@ impl Truncation {
             Ordering::Acquire,
         );
         if asked.is_ok() {
-            let done = truncate(conn, self.busy).is_some();
+            let done = reset(conn, "RESTART", self.busy).is_some();
             let state = if done { Self::DONE } else { Self::FAILED };
             self.state.store(state, Ordering::Release);
         }
@@ -88,7 +96,7 @@ impl Truncation {
         );
     }
 
-    /// How the last checkpoint the writer ran went, once: `Some(true)` if it emptied the WAL.
+    /// How the last checkpoint the writer ran went, once: `Some(true)` if the WAL starts over.
     fn outcome(&self) -> Option<bool> {
         for (state, done) in [(Self::DONE, true), (Self::FAILED, false)] {
             let took =
@@ -102,15 +110,16 @@ impl Truncation {
     }
 }
 
-/// A `TRUNCATE` checkpoint on `conn`, waiting up to [`TRUNCATE_WAIT`] for readers; the busy
-/// timeout is `busy` again afterwards. `None` if a reader held the WAL past the wait.
-fn truncate(conn: &Connection, busy: Duration) -> Option<(i64, i64)> {
+/// A checkpoint in `mode` (`RESTART`: the next write starts the WAL over; `TRUNCATE`: the
+/// file is emptied too) on `conn`, waiting up to [`RESET_WAIT`] for readers; the busy timeout
+/// is `busy` again afterwards. `None` if a reader held the WAL past the wait.
+fn reset(conn: &Connection, mode: &str, busy: Duration) -> Option<(i64, i64)> {
     let started = Instant::now();
-    let _ = conn.busy_timeout(TRUNCATE_WAIT);
-    let result = checkpoint(conn, "TRUNCATE");
+    let _ = conn.busy_timeout(RESET_WAIT);
+    let result = checkpoint(conn, mode);
     let _ = conn.busy_timeout(busy);
     if result.is_some() {
-        tracing::debug!(took = ?started.elapsed(), "the WAL passed its limit and was emptied");
+        tracing::debug!(took = ?started.elapsed(), mode, "the WAL was copied back to start over");
     } else {
         tracing::warn!(
             waited = ?started.elapsed(),
@@ -171,7 +180,7 @@ pub(super) fn run(
     busy: Duration,
     wal_limit: u64,
     committed: Arc<AtomicBool>,
-    truncation: Arc<Truncation>,
+    reset_asked: Arc<WalReset>,
     rx: Receiver<Stop>,
     watch: Option<Watch>,
 ) {
@@ -190,9 +199,9 @@ pub(super) fn run(
     let max_frames = frame_limit(&conn, wal_limit);
     let mut version = data_version(&conn);
     let mut last_checkpoint = Instant::now();
-    let mut last_truncate: Option<Instant> = None;
-    let mut truncate_every = TRUNCATE_EVERY;
-    let slower = |every: Duration| (every * 2).min(TRUNCATE_EVERY_MAX);
+    let mut last_reset: Option<Instant> = None;
+    let mut reset_every = RESET_EVERY;
+    let slower = |every: Duration| (every * 2).min(RESET_EVERY_MAX);
     let mut last_watch = Instant::now();
     loop {
         match rx.recv_timeout(tick) {
@@ -223,25 +232,26 @@ pub(super) fn run(
         // limit.
         let over = frames > max_frames;
         behind = over || (frames >= MIN_FRAMES && done < frames);
-        match truncation.outcome() {
-            Some(true) => truncate_every = TRUNCATE_EVERY,
-            Some(false) => truncate_every = slower(truncate_every),
+        match reset_asked.outcome() {
+            Some(true) => reset_every = RESET_EVERY,
+            Some(false) => reset_every = slower(reset_every),
             None => {}
         }
-        if over && last_truncate.is_none_or(|t| t.elapsed() >= truncate_every) {
-            last_truncate = Some(Instant::now());
-            if fresh {
-                // The writer is busy: it truncates between two of its groups.
-                truncation.ask();
+        let due = last_reset.is_none_or(|t| t.elapsed() >= reset_every);
+        if fresh && frames > max_frames / 2 && due {
+            // The writer is busy: it starts the WAL over between two of its groups, from half
+            // the limit, so the file stays within it.
+            last_reset = Some(Instant::now());
+            reset_asked.ask();
+        } else if !fresh && over && due {
+            // The writer is idle (a request it has not served is taken back): empty the file.
+            last_reset = Some(Instant::now());
+            reset_asked.withdraw();
+            if reset(&conn, "TRUNCATE", busy).is_some() {
+                behind = false;
+                reset_every = RESET_EVERY;
             } else {
-                // The writer is idle (a request it has not served is taken back).
-                truncation.withdraw();
-                if truncate(&conn, busy).is_some() {
-                    behind = false;
-                    truncate_every = TRUNCATE_EVERY;
-                } else {
-                    truncate_every = slower(truncate_every);
-                }
+                reset_every = slower(reset_every);
             }
         }
     }

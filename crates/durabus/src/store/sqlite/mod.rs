@@ -82,13 +82,17 @@ pub struct SqliteOptions {
     /// process), with `PRAGMA data_version`, a cheap read of a counter. `None` turns this off;
     /// events written by this store wake the dispatcher at once either way. Defaults to 50 ms.
     pub watch_interval: Option<Duration>,
-    /// WAL size, in bytes, past which the store runs a `TRUNCATE` checkpoint: holding back
-    /// new writes, it waits up to 1 s for readers to leave the WAL, copies the rest back and
-    /// empties the file. Below it, checkpoints are `PASSIVE` and never wait; under a steady
-    /// stream of reads they cannot finish, so without this limit the WAL would grow for as
-    /// long as the load lasts. A write that arrives meanwhile waits for it (under a million
-    /// events of sustained load with a slow reader, the longest wait was about 0.9 s, once
-    /// per 64 MiB of WAL). Defaults to 64 MiB; at least 1 MiB.
+    /// The most the WAL file may grow to, in bytes. Checkpoints are `PASSIVE` and never wait;
+    /// under a steady stream of writes or reads they cannot let the WAL start over, so without
+    /// a limit it would grow for as long as the load lasts. While writes keep coming, past
+    /// half this size the writer runs a `RESTART` checkpoint between two commits: holding
+    /// back new writes, it copies back what the last passive checkpoint left and waits up to
+    /// 1 s for readers to leave the WAL, and the next write starts the WAL over from the
+    /// beginning of the file (a few milliseconds when no reader is in the way; under a
+    /// million events of sustained load with a slow reader, the longest wait was about
+    /// 0.9 s). A longer file is cut back to this size when the WAL starts over, and when the
+    /// writer is idle a WAL past it is emptied (`TRUNCATE`). Defaults to 64 MiB; at least
+    /// 1 MiB.
     pub wal_limit: u64,
 }
 

@@ -163,8 +163,8 @@ impl SqliteStore {
             wake: wake.clone(),
         });
         let limit = options.wal_limit;
-        let truncation = Arc::new(checkpoint::Truncation::new(busy));
-        let ask = truncation.clone();
+        let wal_reset = Arc::new(checkpoint::WalReset::new(busy));
+        let ask = wal_reset.clone();
         std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
             .spawn(move || checkpoint::run(cp_target, busy, limit, flag, ask, checkpoint_rx, watch))
@@ -178,7 +178,7 @@ impl SqliteStore {
             stats: stats.clone(),
             checkpoint: checkpoint_tx,
             committed,
-            truncation,
+            wal_reset,
         };
         std::thread::Builder::new()
             .name("durabus-sqlite-writer".into())

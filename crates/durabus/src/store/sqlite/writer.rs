@@ -35,9 +35,9 @@ pub(super) struct Writer {
     pub stats: Arc<super::WriteStats>,
     pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Stop>,
     pub committed: Arc<std::sync::atomic::AtomicBool>,
-    /// Asked for by the checkpoint thread when the WAL is past its limit: a `TRUNCATE`
-    /// checkpoint between two groups (see checkpoint.rs).
-    pub truncation: Arc<super::checkpoint::Truncation>,
+    /// Asked for by the checkpoint thread when the WAL is past half its limit: a `RESTART`
+    /// checkpoint between two groups, so the next write starts the WAL over (checkpoint.rs).
+    pub wal_reset: Arc<super::checkpoint::WalReset>,
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -97,7 +97,7 @@ impl Writer {
             if !batch.is_empty() {
                 self.commit_group(std::mem::take(&mut batch));
             }
-            self.truncation.serve(&self.conn);
+            self.wal_reset.serve(&self.conn);
         }
         // Fail whatever raced with the close, then drop the connection (which closes it).
         while let Ok(msg) = self.rx.try_recv() {
