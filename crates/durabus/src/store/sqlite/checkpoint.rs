@@ -15,13 +15,13 @@
 //! the frames written since the last passive checkpoint and waits (up to 1 s) for readers
 //! still in the WAL to finish; the next write then starts the WAL over from its beginning,
 //! written over in place, so the file stays within the limit (SQLite's `journal_size_limit`
-//! cuts a longer one back when it starts over). That costs the writer a few milliseconds
-//! (one sync of the database file), where emptying the file (`TRUNCATE`) cost 150 ms to give
-//! the file system back tens of megabytes it would allocate again at once. When the writer is
-//! idle and the WAL is past the limit, this thread runs a `TRUNCATE` checkpoint itself and
-//! empties the file. After a checkpoint that a reader held up past the wait, the next request
-//! comes twice as late (up to 30 s), so a reader that never lets go costs writes at most a
-//! thirtieth of their time.
+//! cuts a longer one back when it starts over). That holds writes back 40-80 ms (mostly a
+//! sync of the database file), where emptying the file (`TRUNCATE`) took 150-190 ms, also
+//! giving the file system back tens of megabytes it would allocate again at once. When the
+//! writer is idle and the WAL is past the limit, this thread runs a `TRUNCATE` checkpoint
+//! itself and empties the file. After a checkpoint that a reader held up past the wait, the
+//! next request comes twice as late (up to 30 s), so a reader that never lets go costs
+//! writes at most a thirtieth of their time.
 //!
 //! The same thread watches for commits made by other connections (an application writing
 //! events in its own transactions, another process): `PRAGMA data_version` changes when another
