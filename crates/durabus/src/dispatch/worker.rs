@@ -32,14 +32,15 @@ const COMPLETION_BATCH: usize = 1024;
 /// reliability suite saw 3,900 held events and a drain at a crawl before this bound.
 const UNRECORDED_MAX: usize = COMPLETION_BATCH;
 
-/// The deliveries started whose outcomes are not yet recorded, and a signal for the loop
-/// waiting for room below [`UNRECORDED_MAX`]. Only the loop adds to the count, so checking and
-/// adding need no lock: an atomic and a `Notify` cost less per delivery than a semaphore,
-/// whose every release takes a lock.
-#[derive(Debug, Default)]
+/// The deliveries started whose outcomes are not yet recorded, at most `max`, and a signal for
+/// the loop waiting for room. Only the loop adds to the count, so checking and adding need no
+/// lock: an atomic and a `Notify` cost less per delivery than a semaphore, whose every
+/// release takes a lock.
+#[derive(Debug)]
 struct Outstanding {
     count: AtomicUsize,
     room: Notify,
+    max: usize,
 }
 
 /// One delivery counted in [`Outstanding`]; dropping it (once the outcome is written, or
@@ -47,10 +48,19 @@ struct Outstanding {
 struct Unrecorded(Arc<Outstanding>);
 
 impl Outstanding {
-    /// Waits until fewer than `max` deliveries are unrecorded, then counts one more.
-    async fn enter(self: &Arc<Self>, max: usize) -> Unrecorded {
+    fn new(max: usize) -> Arc<Outstanding> {
+        Arc::new(Outstanding {
+            count: AtomicUsize::new(0),
+            room: Notify::new(),
+            max,
+        })
+    }
+
+    /// Waits until fewer than `max` deliveries are unrecorded, then counts one more. Only one
+    /// task (the worker loop) may call this; dropping the future while it waits counts nothing.
+    async fn enter(self: &Arc<Self>) -> Unrecorded {
         loop {
-            if self.count.load(Ordering::Acquire) < max {
+            if self.count.load(Ordering::Acquire) < self.max {
                 self.count.fetch_add(1, Ordering::AcqRel);
                 return Unrecorded(self.clone());
             }
@@ -58,7 +68,7 @@ impl Outstanding {
             let room = self.room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            if self.count.load(Ordering::Acquire) < max {
+            if self.count.load(Ordering::Acquire) < self.max {
                 self.count.fetch_add(1, Ordering::AcqRel);
                 return Unrecorded(self.clone());
             }
@@ -69,7 +79,7 @@ impl Outstanding {
 
 impl Drop for Unrecorded {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == UNRECORDED_MAX {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == self.0.max {
             self.0.room.notify_one();
         }
     }
@@ -164,7 +174,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     let store = dispatcher.store().clone();
     let clock = dispatcher.clock().clone();
     let slots = Arc::new(Semaphore::new(config.concurrency));
-    let unrecorded = Arc::new(Outstanding::default());
+    let unrecorded = Outstanding::new(UNRECORDED_MAX);
     let wake = store.wakeups();
     let mut jumps = clock.jumps();
     let mut failures = 0u32;
@@ -180,7 +190,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         }
         // Room for one more outcome waiting to be written, then a free delivery slot.
         let write = tokio::select! {
-            w = unrecorded.enter(UNRECORDED_MAX) => w,
+            w = unrecorded.enter() => w,
             _ = shutdown.recv() => break,
         };
         let slot = tokio::select! {
@@ -304,7 +314,48 @@ async fn jumped(jumps: &mut Option<watch::Receiver<i64>>) {
 
 #[cfg(test)]
 mod tests {
-    use super::claim_limit;
+    use super::{Outstanding, claim_limit};
+
+    #[tokio::test]
+    async fn the_loop_waits_for_room_once_the_unrecorded_bound_is_reached_and_not_before() {
+        let outstanding = Outstanding::new(2);
+        let first = outstanding.enter().await;
+        let second = outstanding.enter().await;
+        let third = outstanding.enter();
+        tokio::pin!(third);
+        assert!(
+            futures_poll_once(third.as_mut()).await.is_none(),
+            "a third delivery must wait while two outcomes are unrecorded"
+        );
+        drop(first);
+        let third = tokio::time::timeout(std::time::Duration::from_secs(5), third)
+            .await
+            .unwrap_or_else(|_| panic!("recording one outcome must make room"));
+        assert_eq!(
+            outstanding.count.load(std::sync::atomic::Ordering::Acquire),
+            2
+        );
+        drop((second, third));
+        assert_eq!(
+            outstanding.count.load(std::sync::atomic::Ordering::Acquire),
+            0
+        );
+        // Room made before the loop waits is not lost.
+        let _a = outstanding.enter().await;
+        let _b = outstanding.enter().await;
+    }
+
+    /// Polls `f` once: its output if it is ready at once.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(f: F) -> Option<F::Output> {
+        let mut f = f;
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+                std::task::Poll::Ready(v) => Some(v),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
+    }
 
     #[test]
     fn a_claim_takes_the_free_slots_plus_the_prefetch_within_the_batch_limit() {
