@@ -1,6 +1,6 @@
-//! The SQLite store keeps its WAL bounded even while readers never stop: while writes keep
-//! coming it starts the WAL over from half of `SqliteOptions::wal_limit` (a `RESTART` checkpoint
-//! between two groups), and an idle store past the limit empties it (`TRUNCATE`).
+//! The SQLite store keeps its WAL bounded even while readers never stop: an idle store past
+//! `SqliteOptions::wal_limit` empties it with a `TRUNCATE` checkpoint. (The `RESTART` a busy
+//! writer runs from half the limit is tested in `store/sqlite/checkpoint.rs`.)
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
@@ -18,6 +18,40 @@ fn wal_len(path: &std::path::Path) -> u64 {
     std::fs::metadata(wal).map_or(0, |m| m.len())
 }
 
+/// A thread that reads `path` without pause, one short read transaction after another, as a
+/// busy dispatcher and dashboard do, until `stop`; returns how many reads it made.
+fn endless_reader(path: &std::path::Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let conn = Connection::open(&path).unwrap();
+        conn.busy_timeout(Duration::from_secs(5)).unwrap();
+        let mut reads = 0u64;
+        while !stop.load(Ordering::Relaxed) {
+            let _: i64 = conn
+                .query_row("SELECT count(*) FROM durabus_events", [], |r| r.get(0))
+                .unwrap();
+            reads += 1;
+        }
+        reads
+    })
+}
+
+/// Payload text that does not compress: `n` pseudo-random hex strings of 2 KB.
+fn noise(seed: &mut u64, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|_| {
+            (0..1024)
+                .map(|_| {
+                    *seed ^= *seed << 13;
+                    *seed ^= *seed >> 7;
+                    *seed ^= *seed << 17;
+                    format!("{:x}", *seed & 0xff)
+                })
+                .collect::<String>()
+        })
+        .collect()
+}
+
 #[tokio::test]
 async fn the_wal_is_emptied_past_its_limit_while_readers_never_stop() {
     let dir = tempfile::tempdir().unwrap();
@@ -33,40 +67,15 @@ async fn the_wal_is_emptied_past_its_limit_while_readers_never_stop() {
     .await
     .unwrap();
 
-    // Another connection reads without pause, one short read transaction after another, as a
-    // busy dispatcher and dashboard do: a passive checkpoint never finds the WAL unused.
+    // Another connection reads without pause: a passive checkpoint never finds the WAL unused.
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (stop, path) = (stop.clone(), path.clone());
-        std::thread::spawn(move || {
-            let conn = Connection::open(&path).unwrap();
-            conn.busy_timeout(Duration::from_secs(5)).unwrap();
-            let mut reads = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let _: i64 = conn
-                    .query_row("SELECT count(*) FROM durabus_events", [], |r| r.get(0))
-                    .unwrap();
-                reads += 1;
-            }
-            reads
-        })
-    };
+    let reader = endless_reader(&path, stop.clone());
 
     // About 8 MiB of events, eight times the limit, in payloads that do not compress.
     let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut noise = move || {
-        (0..1024)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                format!("{:x}", seed & 0xff)
-            })
-            .collect::<String>()
-    };
     for _ in 0..32 {
         let events = (0..32)
-            .map(|_| NewEvent::new("wal.fill", &[noise(), noise(), noise(), noise()]).unwrap())
+            .map(|_| NewEvent::new("wal.fill", &noise(&mut seed, 4)).unwrap())
             .collect();
         store
             .insert(events, InsertMode::Pending, Timestamp::now())

@@ -82,17 +82,17 @@ pub struct SqliteOptions {
     /// process), with `PRAGMA data_version`, a cheap read of a counter. `None` turns this off;
     /// events written by this store wake the dispatcher at once either way. Defaults to 50 ms.
     pub watch_interval: Option<Duration>,
-    /// The most the WAL file may grow to, in bytes. Checkpoints are `PASSIVE` and never wait;
-    /// under a steady stream of writes or reads they cannot let the WAL start over, so without
-    /// a limit it would grow for as long as the load lasts. While writes keep coming, past
-    /// half this size the writer runs a `RESTART` checkpoint between two commits: holding
-    /// back new writes, it copies back what the last passive checkpoint left and waits up to
-    /// 1 s for readers to leave the WAL, and the next write starts the WAL over from the
-    /// beginning of the file (40-80 ms on a local disk when no reader is in the way; under a
-    /// million events of sustained load with a slow reader, the longest wait was about
-    /// 0.9 s). A longer file is cut back to this size when the WAL starts over, and when the
-    /// writer is idle a WAL past it is emptied (`TRUNCATE`). Defaults to 64 MiB; at least
-    /// 1 MiB.
+    /// The size, in bytes, the store keeps the WAL file near. Checkpoints are `PASSIVE` and
+    /// never wait; under a steady stream of writes or reads they cannot let the WAL start
+    /// over, so without a limit it would grow for as long as the load lasts. While writes keep
+    /// coming, past half this size the writer runs a `RESTART` checkpoint between two commits:
+    /// holding back new writes (40-80 ms on a local disk when no reader is in the way), it
+    /// copies back what the last passive checkpoint left and waits up to 1 s for readers to
+    /// leave the WAL, and the next write starts the WAL over from the beginning of the file,
+    /// cutting a file longer than this back to it. The file can pass the limit while writes
+    /// come faster than the checkpoint thread looks (every 100 ms) or while a reader holds the
+    /// WAL. When the writer is idle, a WAL past the limit is emptied (`TRUNCATE`). Defaults to
+    /// 64 MiB; at least 1 MiB.
     pub wal_limit: u64,
 }
 
