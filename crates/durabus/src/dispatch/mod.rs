@@ -207,9 +207,9 @@ impl Dispatcher {
     /// the snapshot of a failure.
     pub async fn attempt(&self, event: Event) -> Attempted {
         let (subs, policy) = self.policy_for(&event.event_type);
-        // The bus clock is read once before the handlers run and once after: a delivery's
-        // breaker admission and start latency share the first, its breaker record, decision
-        // and time-to-done the second.
+        // The bus clock is read once before the handlers run and once after each handler: a
+        // delivery's breaker admission and start latency share the first; the read after the
+        // last handler also serves the decision and the time-to-done.
         let started = self.clock.now();
         let (ran, ended) = if decide::exhausted(&event, &policy) {
             // Every allowed attempt was used by processes that died during it: a handler

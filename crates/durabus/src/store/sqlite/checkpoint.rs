@@ -297,7 +297,7 @@ pub(super) fn run(
         let due = last_reset.is_none_or(|t| t.elapsed() >= reset_every);
         if fresh && frames > max_frames / 2 && due {
             // The writer is busy: it starts the WAL over between two of its groups, from half
-            // the limit, so the file stays within it.
+            // the limit, so the file stays near it.
             last_reset = Some(Instant::now());
             reset_asked.ask();
         } else if !fresh && over && due {
