@@ -13,7 +13,7 @@ use super::dead_letter_rows::{dead_letter, json, summary};
 use super::insert::{Notice, Rows, insert_rows};
 use super::sql::PgSql;
 use super::sql_ops::{Arg, PgOpsSql};
-use super::{PgStore, json_list, q};
+use super::{PgStore, json_list, q, tx};
 use crate::clock::Timestamp;
 use crate::dead_letter::{
     Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
@@ -271,7 +271,7 @@ impl PgStore {
         + Send,
     ) -> Result<T> {
         self.check()?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = tx::begin(&self.pool).await?;
         let (out, requeued) = f(&mut tx).await?;
         tx.commit().await?;
         if requeued {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{PgStore, insert, q, rows};
+use super::{PgStore, insert, q, rows, tx};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, NewEvent};
@@ -146,7 +146,7 @@ impl EventStore for PgStore {
             .filter(|&i| !flags[i] && tokens[i].is_some())
             .collect();
         if !rest.is_empty() {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = tx::begin(&self.pool).await?;
             if rest.len() == outcomes.len() {
                 flags = self
                     .record_in(&mut tx, &outcomes, &tokens, now.as_millis())

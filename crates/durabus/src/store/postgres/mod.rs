@@ -30,6 +30,7 @@ mod schema;
 mod sql;
 mod sql_ops;
 mod subscriptions;
+mod tx;
 mod walk;
 
 use std::collections::HashMap;

@@ -7,7 +7,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use super::insert::{Notice, Rows, insert_rows};
-use super::{PgStore, q};
+use super::{PgStore, q, tx};
 use crate::clock::Timestamp;
 use crate::dead_letter::{Actor, ActorKind};
 use crate::error::{Error, Result};
@@ -191,7 +191,7 @@ impl OperationStore for PgStore {
             .transpose()
             .map_err(|e| Error::unserialisable("an operation's summary", &e))?;
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let mut tx = self.pool.begin().await?;
+        let mut tx = tx::begin(&self.pool).await?;
         let row = q(&self.sql.ops.op_advance)
             .bind(id)
             .bind(advance.cursor)

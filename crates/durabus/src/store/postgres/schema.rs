@@ -37,7 +37,7 @@ pub async fn check_version(pool: &PgPool, quoted: &str) -> Result<()> {
 
 /// Creates the schema if needed and brings it up to [`SCHEMA_VERSION`].
 pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
-    let mut tx = pool.begin().await?;
+    let mut tx = super::tx::begin(pool).await?;
     // One lock per schema: concurrent starts of many workers serialise here.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
         .bind(format!("durabus:{schema}"))

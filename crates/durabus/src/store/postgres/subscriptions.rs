@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use sqlx::Row;
 
-use super::{PgStore, q};
+use super::{PgStore, q, tx};
 use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::store::{SubscriptionRow, SubscriptionStore};
@@ -12,7 +12,7 @@ use crate::store::{SubscriptionRow, SubscriptionStore};
 impl SubscriptionStore for PgStore {
     async fn save_subscription(&self, row: SubscriptionRow) -> Result<()> {
         self.check()?;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = tx::begin(&self.pool).await?;
         if let Some(name) = &row.name {
             // Processes starting together with one subscription name: one at a time.
             sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")
