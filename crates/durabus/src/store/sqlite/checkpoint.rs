@@ -16,18 +16,11 @@
 //! still in the WAL to finish; the next write then starts the WAL over from the beginning of
 //! the file, written over in place, and SQLite's `journal_size_limit` cuts a file longer than
 //! the limit back to it. So the WAL stays near the limit: it passes it only while writes come
-//! faster than this thread looks (every 100 ms), or while a reader holds it. Emptying the file
-//! instead (`TRUNCATE`) held writes back 150-190 ms on a local disk, also giving the file
-//! system back tens of megabytes it would allocate again at once. When the writer is idle and the WAL is past the limit,
+//! faster than this thread looks (every 100 ms), or while a reader holds it. A reset holds
+//! writes back 40-80 ms on a local disk (mostly a sync of the database file), where emptying
+//! the file (`TRUNCATE`) took 150-190 ms, also giving the file system back tens of megabytes
+//! it would allocate again at once. When the writer is idle and the WAL is past the limit,
 //! this thread runs a `TRUNCATE` checkpoint itself and empties the file.
-//!
-//! A passive checkpoint that does not catch up with the writer writes pages into the database
-//! file without syncing it; left alone, those writes (tens of megabytes under load) would all
-//! be synced by the next reset while it holds writes back. So after each passive checkpoint
-//! that copied frames back, this thread syncs the database file itself, and a reset finds
-//! little left to sync: at full load a reset held writes back 6-9 ms (at most 12) this way,
-//! against 19-22 ms (at most 33) when it synced everything itself, and 40-80 ms in a slower
-//! phase of the disk.
 //!
 //! After a reset that held writes back for a time, the next comes at least nine times as late
 //! (and no sooner than 200 ms), so resets take at most a tenth of the writer's time. After one
@@ -229,16 +222,6 @@ fn run_checkpoint(conn: &Connection, mode: &str) -> Option<(i64, i64, i64)> {
         .ok()
 }
 
-/// Syncs the database file: a passive checkpoint that does not catch up with the writer does
-/// not, and its writes would wait for the next `RESTART` to sync them (while it holds writes).
-fn sync(file: &std::fs::File) {
-    let start = Instant::now();
-    match file.sync_data() {
-        Ok(()) => tracing::trace!(took = ?start.elapsed(), "synced the database file"),
-        Err(e) => tracing::debug!(error = %e, "syncing the database file failed"),
-    }
-}
-
 /// How many WAL frames make `limit` bytes.
 fn frame_limit(conn: &Connection, limit: u64) -> i64 {
     let page: i64 = conn
@@ -277,15 +260,6 @@ pub(super) fn run(
     let mut reset_every = RESET_EVERY;
     let slower = |every: Duration| (every * 2).min(RESET_EVERY_MAX);
     let mut last_watch = Instant::now();
-    // The database file, opened to sync it (any descriptor of a file syncs all its writes).
-    let db_file = if target.memory {
-        None
-    } else {
-        std::fs::File::open(&target.open)
-            .inspect_err(|e| tracing::debug!(error = %e, "cannot open the database file to sync it; resets sync it themselves"))
-            .ok()
-    };
-    let mut synced = 0i64;
     loop {
         match rx.recv_timeout(tick) {
             Ok(Stop) | Err(RecvTimeoutError::Disconnected) => return,
@@ -311,17 +285,6 @@ pub(super) fn run(
             behind = true;
             continue;
         };
-        // Sync what this checkpoint wrote to the database file, here rather than in the
-        // writer's next reset. (The count of frames copied back starts over with the WAL.)
-        if done < synced {
-            synced = 0;
-        }
-        if done > synced {
-            if let Some(file) = &db_file {
-                sync(file);
-            }
-            synced = done;
-        }
         // Look again next time while the WAL is long and not fully copied back, or past its
         // limit.
         let over = frames > max_frames;
