@@ -86,8 +86,7 @@ pub struct SqliteOptions {
     /// never wait; under a steady stream of writes or reads they cannot let the WAL start
     /// over, so without a limit it would grow for as long as the load lasts. While writes keep
     /// coming, past half this size the writer runs a `RESTART` checkpoint between two commits:
-    /// holding back new writes (about 10 ms on a local disk when no reader is in the way: the
-    /// checkpoint thread syncs what passive checkpoints wrote to the database file), it
+    /// holding back new writes (10-80 ms on a local disk, with its phase, when no reader is in the way), it
     /// copies back what the last passive checkpoint left and waits up to 1 s for readers to
     /// leave the WAL, and the next write starts the WAL over from the beginning of the file,
     /// cutting a file longer than this back to it. The file can pass the limit while writes
