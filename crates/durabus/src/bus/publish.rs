@@ -157,9 +157,13 @@ impl EventBus {
         #[cfg(feature = "torture-broken-ack")]
         {
             // Deliberately broken (the reliability suite's self-test): answers before the
-            // events are committed, so a crash right after the answer loses them.
+            // events are committed, so a crash right after the answer loses them. The write
+            // starts 5 ms late, so that every kill while events are published finds some
+            // answered and not written (with a group commit of well under a millisecond, a
+            // run of 20 kills could miss the window altogether).
             let (store, n) = (self.store(), events.len());
             tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 let _ = store
                     .insert_with(events, snapshots, InsertMode::Pending, now)
                     .await;
