@@ -58,7 +58,8 @@ pub struct ChildArgs {
     /// Publish one poison event (its handler aborts the process) before anything else.
     #[arg(long)]
     pub poison: bool,
-    /// SQLite: how long a write waits for the write lock before it fails, in milliseconds.
+    /// SQLite: how long a write waits for the write lock before it fails, in milliseconds: the
+    /// bus's writes, and the outbox's own connection (which otherwise waits up to 10 s).
     #[arg(long)]
     pub lock_timeout_ms: Option<u64>,
     /// Publish only batches of this many events (0: mix every way of publishing).
@@ -256,6 +257,7 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
         let (pause, fail_every, limit) = (args.pause_us, args.fail_every.max(1), args.limit);
         let role = args.role;
         let handlers_mix = args.mix == "handlers";
+        let lock_timeout = args.lock_timeout_ms.map(Duration::from_millis);
         let batch = args.batch;
         tasks.spawn(async move {
             let mut sqlite_conn = None;
@@ -314,7 +316,8 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
                         .map(drop),
                     Method::Batch => bus.enqueue_batch(events).await.map(drop),
                     Method::Outbox => {
-                        outbox(&bus, &target, pool.as_ref(), &mut sqlite_conn, events).await
+                        let busy = lock_timeout.unwrap_or(Duration::from_secs(10));
+                        outbox(&bus, &target, pool.as_ref(), &mut sqlite_conn, busy, events).await
                     }
                 };
                 match result {
@@ -346,6 +349,7 @@ async fn outbox(
     target: &Target,
     pool: Option<&durabus::sqlx::PgPool>,
     sqlite_conn: &mut Option<durabus::rusqlite::Connection>,
+    busy: Duration,
     events: Vec<NewEvent>,
 ) -> durabus::Result<()> {
     match target {
@@ -356,7 +360,7 @@ async fn outbox(
                 Some(c) => c,
                 None => {
                     let c = durabus::rusqlite::Connection::open(&path)?;
-                    c.busy_timeout(Duration::from_secs(10))?;
+                    c.busy_timeout(busy)?;
                     c
                 }
             };
