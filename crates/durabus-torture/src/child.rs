@@ -257,7 +257,9 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
         let (pause, fail_every, limit) = (args.pause_us, args.fail_every.max(1), args.limit);
         let role = args.role;
         let handlers_mix = args.mix == "handlers";
-        let lock_timeout = args.lock_timeout_ms.map(Duration::from_millis);
+        let outbox_busy = args
+            .lock_timeout_ms
+            .map_or(Duration::from_secs(10), Duration::from_millis);
         let batch = args.batch;
         tasks.spawn(async move {
             let mut sqlite_conn = None;
@@ -316,8 +318,8 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
                         .map(drop),
                     Method::Batch => bus.enqueue_batch(events).await.map(drop),
                     Method::Outbox => {
-                        let busy = lock_timeout.unwrap_or(Duration::from_secs(10));
-                        outbox(&bus, &target, pool.as_ref(), &mut sqlite_conn, busy, events).await
+                        let conn = &mut sqlite_conn;
+                        outbox(&bus, &target, pool.as_ref(), conn, outbox_busy, events).await
                     }
                 };
                 match result {

@@ -17,9 +17,9 @@
 //! the file, written over in place, and SQLite's `journal_size_limit` cuts a file longer than
 //! the limit back to it. So the WAL stays near the limit: it passes it only while writes come
 //! faster than this thread looks (every 100 ms), or while a reader holds it. A reset holds
-//! writes back 10-80 ms on a local disk, with its phase (mostly a sync of the database file), where emptying
-//! the file (`TRUNCATE`) took 150-190 ms, also giving the file system back tens of megabytes
-//! it would allocate again at once. When the writer is idle and the WAL is past the limit,
+//! writes back 10-80 ms on a local disk, with its phase (mostly a sync of the database file),
+//! where emptying the file (`TRUNCATE`) took 150-190 ms, also giving the file system back tens
+//! of megabytes it would allocate again at once. When the writer is idle and the WAL is past the limit,
 //! this thread runs a `TRUNCATE` checkpoint itself and empties the file.
 //!
 //! After a reset that held writes back for a time, the next comes at least nine times as late

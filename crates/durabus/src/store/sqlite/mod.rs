@@ -86,10 +86,10 @@ pub struct SqliteOptions {
     /// never wait; under a steady stream of writes or reads they cannot let the WAL start
     /// over, so without a limit it would grow for as long as the load lasts. While writes keep
     /// coming, past half this size the writer runs a `RESTART` checkpoint between two commits:
-    /// holding back new writes (10-80 ms on a local disk, with its phase, when no reader is in the way), it
-    /// copies back what the last passive checkpoint left and waits up to 1 s for readers to
-    /// leave the WAL, and the next write starts the WAL over from the beginning of the file,
-    /// cutting a file longer than this back to it. The file can pass the limit while writes
+    /// holding back new writes (10-80 ms on a local disk, with its phase, when no reader is in
+    /// the way), it copies back what the last passive checkpoint left and waits up to 1 s for
+    /// readers to leave the WAL, and the next write starts the WAL over from the beginning of
+    /// the file, cutting a file longer than this back to it. The file can pass the limit while writes
     /// come faster than the checkpoint thread looks (every 100 ms) or while a reader holds the
     /// WAL. When the writer is idle, a WAL past the limit is emptied (`TRUNCATE`). Defaults to
     /// 64 MiB; at least 1 MiB.
