@@ -165,7 +165,7 @@ impl SqliteStore {
         let limit = options.wal_limit;
         let wal_reset = Arc::new(checkpoint::WalReset::new(busy));
         let ask = wal_reset.clone();
-        std::thread::Builder::new()
+        let checkpoint_thread = std::thread::Builder::new()
             .name("durabus-sqlite-checkpoint".into())
             .spawn(move || checkpoint::run(cp_target, busy, limit, flag, ask, checkpoint_rx, watch))
             .map_err(|e| Error::Internal(format!("cannot start the checkpoint thread: {e}")))?;
@@ -177,6 +177,7 @@ impl SqliteStore {
             wake: wake.clone(),
             stats: stats.clone(),
             checkpoint: checkpoint_tx,
+            checkpoint_thread,
             committed,
             wal_reset,
         };

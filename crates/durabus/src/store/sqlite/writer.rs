@@ -22,7 +22,8 @@ const MAX_GROUP: usize = 512;
 pub(super) enum Msg {
     /// A write to run.
     Write(Box<dyn Job>),
-    /// Stop after the writes already queued; answered once the connection is closed.
+    /// Stop after the writes already queued; answered once the store's connections are closed
+    /// (the writer's and the checkpoint thread's).
     Close(oneshot::Sender<()>),
 }
 
@@ -34,6 +35,9 @@ pub(super) struct Writer {
     pub wake: Arc<Notify>,
     pub stats: Arc<super::WriteStats>,
     pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Stop>,
+    /// The checkpoint thread, joined at close: an in-memory database lives, and a file's WAL
+    /// stays, while any connection has it open.
+    pub checkpoint_thread: std::thread::JoinHandle<()>,
     pub committed: Arc<std::sync::atomic::AtomicBool>,
     /// Asked for by the checkpoint thread when the WAL is past half its limit: a `RESTART`
     /// checkpoint between two groups, so the next write starts the WAL over (checkpoint.rs).
@@ -106,6 +110,7 @@ impl Writer {
             }
         }
         let _ = self.checkpoint.send(super::checkpoint::Stop);
+        let _ = self.checkpoint_thread.join();
         let _ = self.conn.execute_batch("PRAGMA optimize");
         // The last connection to close checkpoints the whole WAL back into the database.
         let _ = self.conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)");
