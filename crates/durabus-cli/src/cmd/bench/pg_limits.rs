@@ -25,9 +25,18 @@ pub struct Limits {
     pub unnest_insert_eps: f64,
     /// `COPY … FROM STDIN` (text format), 1,000 rows per `COPY`, one caller.
     pub copy_insert_eps: f64,
+    /// The library's design in raw SQL: the `unnest` insert, each id also written to the id
+    /// table that keeps publishing idempotent while events move to the log (`ON CONFLICT DO
+    /// NOTHING`, only the fresh ids stored), 1,000 rows per statement, one caller.
+    pub unnest_with_ids_eps: f64,
     /// Claim 100 due rows (`FOR UPDATE SKIP LOCKED`) and complete them (one statement moving
     /// them to the event log), 4 callers at once, over a backlog.
     pub claim_complete_eps: f64,
+    /// End to end in raw SQL: one caller inserts rows by `unnest`, 1,000 per statement, while
+    /// 4 callers claim and complete them as above, until every row is in the event log. Both
+    /// halves share the database and the machine's cores, as publisher and worker do in the
+    /// end-to-end figure.
+    pub end_to_end_eps: f64,
 }
 
 /// The columns every raw insert writes.
@@ -52,7 +61,7 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
     let bus = db.builder().build().await?;
     bus.shutdown().await?;
     let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
+        .max_connections(5)
         .connect(&db.target)
         .await?;
     let table = format!("\"{}\".events", db.schema);
@@ -95,6 +104,11 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
         copy(&pool, &table, &chunk).await
     })
     .await?;
+    let ids = format!("\"{}\".event_ids", db.schema);
+    let unnest_with_ids_eps = in_thousands(take(scale(200_000, 20_000)), async |chunk| {
+        unnest_with_ids(&pool, &table, &ids, &chunk).await
+    })
+    .await?;
 
     // Everything inserted so far is the backlog: claim and complete all of it.
     let backlog = next;
@@ -112,12 +126,69 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
          SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata, \
          delivered, created_at, $3 FROM moved"
     );
-    let claim_complete_eps = timed(backlog, async || {
+    let cycles = Cycles {
+        pool: pool.clone(),
+        claim,
+        complete,
+    };
+    let claim_complete_eps = timed(backlog, async || cycles.run(None).await).await?;
+    ensure_empty(&pool, &table).await?;
+
+    // End to end: a publisher and the claim loops at once. The loops stop once the publisher
+    // is done and a claim finds nothing.
+    let (a, b) = (backlog, backlog + scale(100_000, 10_000));
+    let published = tokio::sync::watch::channel(false);
+    let end_to_end_eps = timed(b - a, async || {
+        let loops = cycles.run(Some(published.1.clone()));
+        let publisher = async {
+            let result =
+                in_thousands((a, b), async |chunk| unnest(&pool, &table, &chunk).await).await;
+            published.0.send_replace(true);
+            result
+        };
+        let (loops, publisher) = tokio::join!(loops, publisher);
+        publisher?;
+        loops
+    })
+    .await?;
+    ensure_empty(&pool, &table).await?;
+    pool.close().await;
+    Ok(Limits {
+        one_row_commit_eps,
+        spaced_commit_p50_us,
+        spaced_commit_p99_us,
+        unnest_insert_eps,
+        copy_insert_eps,
+        unnest_with_ids_eps,
+        claim_complete_eps,
+        end_to_end_eps,
+    })
+}
+
+/// Raw claim-then-complete cycles from 4 callers.
+struct Cycles {
+    pool: PgPool,
+    claim: String,
+    complete: String,
+}
+
+impl Cycles {
+    /// Runs the 4 callers until a claim finds nothing: at once over a backlog (`published`
+    /// `None`), or once `published` says the publisher is done.
+    async fn run(
+        &self,
+        published: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> anyhow::Result<()> {
         let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..4 {
-            let (pool, claim, complete) = (pool.clone(), claim.clone(), complete.clone());
+            let (pool, claim, complete) =
+                (self.pool.clone(), self.claim.clone(), self.complete.clone());
+            let published = published.clone();
             tasks.spawn(async move {
                 loop {
+                    // Read before the claim: a claim that finds nothing after the publisher
+                    // finished has seen every row.
+                    let done = published.as_ref().is_none_or(|p| *p.borrow());
                     let token = Uuid::now_v7();
                     let ids: Vec<Uuid> = sqlx::query_scalar(AssertSqlSafe(claim.as_str()))
                         .bind(now_ms())
@@ -125,7 +196,11 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
                         .fetch_all(&pool)
                         .await?;
                     if ids.is_empty() {
-                        return anyhow::Ok(());
+                        if done {
+                            return anyhow::Ok(());
+                        }
+                        tokio::task::yield_now().await;
+                        continue;
                     }
                     sqlx::query(AssertSqlSafe(complete.as_str()))
                         .bind(&ids)
@@ -140,21 +215,16 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
             done??;
         }
         Ok(())
-    })
-    .await?;
+    }
+}
+
+/// Fails if a claim loop left rows behind.
+async fn ensure_empty(pool: &PgPool, table: &str) -> anyhow::Result<()> {
     let left: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-        .fetch_one(&pool)
+        .fetch_one(pool)
         .await?;
     anyhow::ensure!(left == 0, "the raw claim loop left {left} events behind");
-    pool.close().await;
-    Ok(Limits {
-        one_row_commit_eps,
-        spaced_commit_p50_us,
-        spaced_commit_p99_us,
-        unnest_insert_eps,
-        copy_insert_eps,
-        claim_complete_eps,
-    })
+    Ok(())
 }
 
 /// One row by the one-row `insert` statement, committed on its own.
@@ -200,6 +270,32 @@ async fn unnest(pool: &PgPool, table: &str, rows: &[(Uuid, String, String)]) -> 
     let sql = format!(
         "INSERT INTO {table} ({COLUMNS}) \
          SELECT i, t, p::json, 'pending', $4, $4, $4 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS r(i, t, p)"
+    );
+    sqlx::query(AssertSqlSafe(sql))
+        .bind(&ids)
+        .bind(&types)
+        .bind(&payloads)
+        .bind(now_ms())
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The `unnest` insert of `rows`, storing only ids the id table did not hold yet.
+async fn unnest_with_ids(
+    pool: &PgPool,
+    table: &str,
+    id_table: &str,
+    rows: &[(Uuid, String, String)],
+) -> anyhow::Result<()> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let types: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
+    let sql = format!(
+        "WITH u AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) AS r(i, t, p)), \
+         fresh AS (INSERT INTO {id_table} (id) SELECT i FROM u ON CONFLICT (id) DO NOTHING RETURNING id) \
+         INSERT INTO {table} ({COLUMNS}) \
+         SELECT i, t, p::json, 'pending', $4, $4, $4 FROM u JOIN fresh ON fresh.id = u.i"
     );
     sqlx::query(AssertSqlSafe(sql))
         .bind(&ids)

@@ -521,9 +521,19 @@ pub fn print_table(r: &PgReport) {
                 ratio(r.publish_batch_eps, l.copy_insert_eps) + " (publish, batch)",
             ),
             (
+                "unnest + id table, 1,000 rows",
+                l.unnest_with_ids_eps,
+                ratio(r.publish_batch_eps, l.unnest_with_ids_eps) + " (publish, batch)",
+            ),
+            (
                 "claim 100 + complete, 4 callers",
                 l.claim_complete_eps,
                 ratio(r.e2e_eps, l.claim_complete_eps) + " (end to end)",
+            ),
+            (
+                "unnest insert beside claim + complete",
+                l.end_to_end_eps,
+                ratio(r.e2e_eps, l.end_to_end_eps) + " (end to end)",
             ),
         ];
         for (name, eps, share) in rows {
