@@ -303,7 +303,13 @@ impl BusBuilder {
             }
         };
         store.set_error_hook(self.config.on_error.clone());
-        let bus = EventBus::from_parts(store, self.clock, self.config);
+        let bus = match EventBus::from_parts(store.clone(), self.clock, self.config) {
+            Ok(bus) => bus,
+            Err(e) => {
+                let _ = store.close().await;
+                return Err(e);
+            }
+        };
         if bus.config().payload_snapshots {
             // The publish path reads the configuration without waiting: load it now.
             bus.load_payload_configs().await?;

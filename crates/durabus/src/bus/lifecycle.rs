@@ -46,7 +46,7 @@ impl EventBus {
             });
         }
         if self.config().scheduler.enabled {
-            let scheduler = self.scheduler()?;
+            let scheduler = self.inner.scheduler.clone();
             life.supervisor
                 .spawn("scheduler", move |shutdown| scheduler.run(shutdown));
         }

@@ -52,6 +52,9 @@ struct Inner {
     /// The payload configuration (snapshots, redaction), shared with the dispatcher and every
     /// reader the bus hands out.
     payloads: Arc<ConfigSource>,
+    /// The maintenance jobs, their schedules parsed once when the bus is built (a start only
+    /// spawns the task that runs them).
+    scheduler: crate::Scheduler,
 }
 
 /// A persistent event bus. Cheap to clone: clones share one bus.
@@ -125,19 +128,29 @@ impl EventBus {
         Self::builder().in_memory().build().await
     }
 
+    /// Fails only if a job's schedule does not parse (the builder has checked them already).
     pub(crate) fn from_parts(
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
         config: BusConfig,
-    ) -> EventBus {
+    ) -> Result<EventBus> {
         let payloads = Arc::new(ConfigSource::new(store.clone()));
-        EventBus {
+        let dispatcher = Arc::new(Dispatcher::new(store, clock, config, payloads.cache()));
+        let scheduler = crate::Scheduler::new(
+            dispatcher.store().clone(),
+            dispatcher.clock().clone(),
+            dispatcher.config().scheduler.clone(),
+        )?
+        .observed(dispatcher.telemetry().clone())
+        .hooked(dispatcher.config().on_error.clone());
+        Ok(EventBus {
             inner: Arc::new(Inner {
-                dispatcher: Arc::new(Dispatcher::new(store, clock, config, payloads.cache())),
+                dispatcher,
                 life: Lifecycle::default(),
                 payloads,
+                scheduler,
             }),
-        }
+        })
     }
 
     /// Loads the payload configuration from the store (the publish path reads it without
@@ -401,13 +414,11 @@ impl EventBus {
     }
 
     /// The maintenance jobs of this bus (see [`SchedulerConfig`](crate::SchedulerConfig)): list
-    /// them, run one now. A started bus runs them on their schedules.
+    /// them, run one now. A started bus runs them on their schedules. (It does not fail: the
+    /// schedules were parsed when the bus was built; the `Result` is kept for callers written
+    /// against earlier versions.)
     pub fn scheduler(&self) -> Result<crate::Scheduler> {
-        Ok(
-            crate::Scheduler::new(self.store(), self.clock(), self.config().scheduler.clone())?
-                .observed(self.telemetry().clone())
-                .hooked(self.config().on_error.clone()),
-        )
+        Ok(self.inner.scheduler.clone())
     }
 
     /// Dispatches running now (inline publishes and background deliveries).
