@@ -264,21 +264,11 @@ async fn timed(n: u64, f: impl AsyncFnOnce() -> anyhow::Result<()>) -> anyhow::R
 
 /// One `INSERT … SELECT FROM unnest(…)` of `rows`.
 async fn unnest(pool: &PgPool, table: &str, rows: &[(Uuid, String, String)]) -> anyhow::Result<()> {
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
-    let types: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-    let payloads: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
     let sql = format!(
         "INSERT INTO {table} ({COLUMNS}) \
          SELECT i, t, p::json, 'pending', $4, $4, $4 FROM unnest($1::uuid[], $2::text[], $3::text[]) AS r(i, t, p)"
     );
-    sqlx::query(AssertSqlSafe(sql))
-        .bind(&ids)
-        .bind(&types)
-        .bind(&payloads)
-        .bind(now_ms())
-        .execute(pool)
-        .await?;
-    Ok(())
+    run_unnest(pool, &sql, rows).await
 }
 
 /// The `unnest` insert of `rows`, storing only ids the id table did not hold yet.
@@ -288,15 +278,25 @@ async fn unnest_with_ids(
     id_table: &str,
     rows: &[(Uuid, String, String)],
 ) -> anyhow::Result<()> {
-    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
-    let types: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
-    let payloads: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
     let sql = format!(
         "WITH u AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]) AS r(i, t, p)), \
          fresh AS (INSERT INTO {id_table} (id) SELECT i FROM u ON CONFLICT (id) DO NOTHING RETURNING id) \
          INSERT INTO {table} ({COLUMNS}) \
          SELECT i, t, p::json, 'pending', $4, $4, $4 FROM u JOIN fresh ON fresh.id = u.i"
     );
+    run_unnest(pool, &sql, rows).await
+}
+
+/// Runs an insert statement taking the rows' ids, types and payloads as arrays (`$1`–`$3`)
+/// and the time (`$4`).
+async fn run_unnest(
+    pool: &PgPool,
+    sql: &str,
+    rows: &[(Uuid, String, String)],
+) -> anyhow::Result<()> {
+    let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+    let types: Vec<&str> = rows.iter().map(|r| r.1.as_str()).collect();
+    let payloads: Vec<&str> = rows.iter().map(|r| r.2.as_str()).collect();
     sqlx::query(AssertSqlSafe(sql))
         .bind(&ids)
         .bind(&types)
