@@ -125,7 +125,6 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
 
     // The last insert's rows are the backlog: claim and complete all of them.
     let backlog = scale(200_000, 20_000);
-    let next = next;
     let claim = format!(
         "WITH c AS (SELECT id FROM {table} WHERE status = 'pending' AND next_attempt_at <= $1 \
          ORDER BY next_attempt_at LIMIT 100 FOR UPDATE SKIP LOCKED) \
@@ -150,7 +149,7 @@ pub async fn measure(db: &Db, quick: bool) -> anyhow::Result<Limits> {
 
     // End to end: a publisher and the claim loops at once. The loops stop once the publisher
     // is done and a claim finds nothing.
-    let (a, b) = (next, next + scale(100_000, 10_000));
+    let (a, b) = take(scale(100_000, 10_000));
     let published = tokio::sync::watch::channel(false);
     let end_to_end_eps = timed(b - a, async || {
         let loops = cycles.run(Some(published.1.clone()));

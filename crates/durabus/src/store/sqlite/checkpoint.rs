@@ -19,8 +19,8 @@
 //! faster than this thread looks (every 100 ms), or while a reader holds it. A reset holds
 //! writes back 10-80 ms on a local disk, with its phase (mostly a sync of the database file),
 //! where emptying the file (`TRUNCATE`) took 150-190 ms, also giving the file system back tens
-//! of megabytes it would allocate again at once. When the writer is idle and the WAL is past the limit,
-//! this thread runs a `TRUNCATE` checkpoint itself and empties the file.
+//! of megabytes it would allocate again at once. When the writer is idle and the WAL is past
+//! the limit, this thread runs a `TRUNCATE` checkpoint itself and empties the file.
 //!
 //! After a reset that held writes back for a time, the next comes at least nine times as late
 //! (and no sooner than 200 ms), so resets take at most a tenth of the writer's time. After one

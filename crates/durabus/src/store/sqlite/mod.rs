@@ -89,10 +89,10 @@ pub struct SqliteOptions {
     /// holding back new writes (10-80 ms on a local disk, with its phase, when no reader is in
     /// the way), it copies back what the last passive checkpoint left and waits up to 1 s for
     /// readers to leave the WAL, and the next write starts the WAL over from the beginning of
-    /// the file, cutting a file longer than this back to it. The file can pass the limit while writes
-    /// come faster than the checkpoint thread looks (every 100 ms) or while a reader holds the
-    /// WAL. When the writer is idle, a WAL past the limit is emptied (`TRUNCATE`). Defaults to
-    /// 64 MiB; at least 1 MiB.
+    /// the file, cutting a file longer than this back to it. The file can pass the limit while
+    /// writes come faster than the checkpoint thread looks (every 100 ms) or while a reader
+    /// holds the WAL. When the writer is idle, a WAL past the limit is emptied (`TRUNCATE`).
+    /// Defaults to 64 MiB; at least 1 MiB.
     pub wal_limit: u64,
 }
 
