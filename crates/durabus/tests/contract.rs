@@ -35,6 +35,8 @@ macro_rules! all_contract_tests {
             publish::subscribe_stores_a_row_and_unsubscribe_removes_it,
             publish::bad_input_is_rejected_and_nothing_is_stored,
             publish::a_batch_is_stored_all_or_nothing_and_delivered,
+            publish::an_idle_worker_is_handed_an_enqueued_event_without_a_claim,
+            publish::enqueues_racing_a_shutdown_lose_nothing,
             retry::a_failure_is_retried_on_the_persisted_schedule,
             retry::exhausted_retries_move_the_event_to_the_dlq_intact,
             retry::overrides_of_matching_subscriptions_merge_most_permissively,

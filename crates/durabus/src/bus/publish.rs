@@ -133,6 +133,11 @@ impl EventBus {
 
     /// [`enqueue`](Self::enqueue) for a prepared [`NewEvent`]. Idempotent like
     /// [`publish_event`](Self::publish_event): an id already stored is not stored again.
+    ///
+    /// When this process's worker is idle (its last claim found nothing and a delivery slot
+    /// is free), the event is stored already claimed by it and handed over, so its delivery
+    /// starts without a claim; one enqueue per idle spell takes that path, the others store
+    /// their events as pending. Either way the event is durable when this returns.
     pub async fn enqueue_event(&self, event: NewEvent) -> Result<EventId> {
         self.check_open()?;
         self.check_size(&event)?;
@@ -141,10 +146,64 @@ impl EventBus {
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
         let event_type = event.event_type.clone();
         let started = std::time::Instant::now();
-        let inserted = self.insert_pending(vec![event], snapshots, now).await?;
+        let turn = if cfg!(feature = "torture-broken-ack") {
+            None
+        } else {
+            self.dispatcher().handoff().take()
+        };
+        let inserted = match turn {
+            Some(turn) => self.insert_handed(event, snapshots, now, turn).await?,
+            None => self.insert_pending(vec![event], snapshots, now).await?,
+        };
         counted(self.telemetry(), [event_type.as_str()], &inserted, started);
         crate::fail_point!("publish.before_reply");
         Ok(id)
+    }
+
+    /// Stores `event` claimed by this process and hands it to the idle worker loop
+    /// (`turn`); one flag, `false` for an id already stored. Runs in a task of its own, as an
+    /// inline publish does: if the caller drops this future, the event still reaches the loop
+    /// (or, if the loop has stopped, goes back to pending), so it is never left `processing`
+    /// with nobody delivering it.
+    async fn insert_handed(
+        &self,
+        event: NewEvent,
+        snapshots: Vec<NewSnapshot>,
+        now: crate::Timestamp,
+        turn: crate::dispatch::handoff::Turn,
+    ) -> Result<Vec<bool>> {
+        let dispatcher = self.dispatcher().clone();
+        // Held until the event is handed over or given back: shutdown waits for it, so the
+        // store is still open for the give-back.
+        let guard = dispatcher.inflight().enter();
+        self.check_open()?;
+        let task = tokio::spawn(async move {
+            let inserted = dispatcher
+                .store()
+                .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
+                .await
+                .map_err(Self::map_closed)?;
+            if inserted.first() == Some(&true)
+                && let Some(back) = turn.give(event.into_event(EventStatus::Processing, now))
+            {
+                // The loop stopped meanwhile (shutdown): back to pending, no attempt counted.
+                let store = dispatcher.store();
+                if let Err(e) = store.release(vec![back.id], dispatcher.clock().now()).await {
+                    tracing::warn!(event_id = %back.id, error = %e, "could not give back an event the stopped worker was handed; the next start recovers it");
+                    dispatcher.config().on_error.report(
+                        crate::hook::ErrorSource::Release,
+                        &e,
+                        false,
+                    );
+                }
+            }
+            drop(guard);
+            Ok(inserted)
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::Internal(format!("the enqueue task failed: {e}"))),
+        }
     }
 
     /// Stores `events` as pending; one flag per event, `false` for an id already stored.

@@ -6,6 +6,7 @@
 
 pub(crate) mod breakers;
 pub(crate) mod decide;
+pub(crate) mod handoff;
 pub(crate) mod inflight;
 pub(crate) mod observer;
 pub(crate) mod registry;
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use self::breakers::Breakers;
 use self::decide::{Decision, Failure, OWN_LOOP, Policies, Ran, decide, emit};
+use self::handoff::Handoff;
 use self::inflight::InFlight;
 use self::observer::Observer;
 use self::registry::{Entry, Registry};
@@ -47,6 +49,8 @@ pub(crate) struct Dispatcher {
     inflight: Arc<InFlight>,
     /// The payload configuration (for `error` snapshots), kept fresh by the bus.
     payloads: Arc<ConfigCache>,
+    /// Where an enqueue hands its event to the idle worker loop.
+    handoff: Arc<Handoff>,
 }
 
 impl Dispatcher {
@@ -70,6 +74,7 @@ impl Dispatcher {
             metrics,
             inflight: Arc::new(InFlight::default()),
             payloads,
+            handoff: Handoff::new(),
         }
     }
 
@@ -141,6 +146,11 @@ impl Dispatcher {
 
     pub fn inflight(&self) -> &Arc<InFlight> {
         &self.inflight
+    }
+
+    /// Where an enqueue hands its event straight to the worker loop while it is idle.
+    pub fn handoff(&self) -> &Arc<Handoff> {
+        &self.handoff
     }
 
     /// The payload configuration the publish path and `error` snapshots read.

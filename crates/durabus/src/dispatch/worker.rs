@@ -3,7 +3,8 @@
 //! that writes them in batches. A claim takes at most the free delivery slots plus a prefetch,
 //! so a worker never holds (and, on PostgreSQL, leases) many more events than it gets through
 //! soon (see [`Pacer`]). When nothing is due it sleeps until woken by a write, by the earliest
-//! due time, by a clock jump, by the poll interval, or by shutdown.
+//! due time, by a clock jump, by the poll interval, by shutdown, or by an enqueue that hands
+//! it its event (see [`handoff`](super::handoff)).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
+use super::handoff::Handed;
 use super::inflight::InFlightGuard;
 use super::{Attempted, Dispatcher};
 use crate::event::Event;
@@ -183,10 +185,20 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     tokio::spawn(complete(dispatcher.clone(), finished_rx));
     let mut pacer = Pacer::new();
     let mut last_full = 0usize;
+    let handoff = dispatcher.handoff().clone();
+    let mut handed = handoff.receiver();
 
     loop {
         if shutdown.is_shutdown() {
             break;
+        }
+        // Events handed over while the loop was busy are claimed already: queue them.
+        if let Some(rx) = handed.as_mut() {
+            while let Ok(h) = rx.try_recv() {
+                if let Handed::Event(e) = h {
+                    queue.push_back(e);
+                }
+            }
         }
         // Room for one more outcome waiting to be written, then a free delivery slot.
         let write = tokio::select! {
@@ -247,11 +259,22 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                     Ok(Some(due)) => clock.now().until(due).min(config.poll_interval),
                     _ => config.poll_interval,
                 };
-                tokio::select! {
-                    _ = &mut notified => {}
-                    _ = tokio::time::sleep(sleep_for) => {}
-                    _ = shutdown.recv() => break,
-                    _ = jumped(&mut jumps) => {}
+                // A slot is free (this one, just given back): an enqueue may hand its event
+                // over instead of waking the loop to claim it.
+                handoff.wait();
+                let woke = tokio::select! {
+                    _ = &mut notified => None,
+                    _ = tokio::time::sleep(sleep_for) => None,
+                    _ = shutdown.recv() => {
+                        handoff.stop_waiting();
+                        break;
+                    }
+                    _ = jumped(&mut jumps) => None,
+                    h = next_handed(&mut handed) => h,
+                };
+                handoff.stop_waiting();
+                if let Some(Handed::Event(e)) = woke {
+                    queue.push_back(e);
                 }
                 continue;
             }
@@ -264,6 +287,16 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 finished.clone(),
                 pacer.finished.clone(),
             );
+        }
+    }
+    // No more hand-overs; what was handed and not started is given back with the queue.
+    handoff.close();
+    if let Some(rx) = handed.as_mut() {
+        rx.close();
+        while let Ok(h) = rx.try_recv() {
+            if let Handed::Event(e) = h {
+                queue.push_back(e);
+            }
         }
     }
     // Claimed but never started: give them back without counting an attempt.
@@ -299,6 +332,17 @@ fn spawn_delivery(
         // event is recovered on the next start.
         let _ = finished.send((outcome, guard, write));
     }));
+}
+
+/// The next hand-over; never resolves without a receiver (or once every sender is gone).
+async fn next_handed(handed: &mut Option<mpsc::UnboundedReceiver<Handed>>) -> Option<Handed> {
+    match handed {
+        Some(rx) => match rx.recv().await {
+            Some(h) => Some(h),
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 async fn jumped(jumps: &mut Option<watch::Receiver<i64>>) {

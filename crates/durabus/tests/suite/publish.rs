@@ -417,3 +417,137 @@ pub async fn system_types_are_reserved_for_the_bus(h: &Harness) {
     assert_eq!(stored.len(), 1, "nothing reserved was stored: {stored:?}");
     bus.shutdown().await.unwrap();
 }
+
+/// Claims made so far, from the bus's own metrics.
+async fn claims(bus: &durabus::EventBus) -> f64 {
+    let s = crate::suite::telemetry::scrape(bus).await;
+    crate::suite::telemetry::num(
+        &s,
+        "durabus_db_query_duration_seconds_count",
+        &[("operation", "claim")],
+    )
+}
+
+pub async fn an_idle_worker_is_handed_an_enqueued_event_without_a_claim(h: &Harness) {
+    // No polling, and one delivery slot: an idle loop claims only when woken, and while the
+    // handler holds the slot it cannot claim at all, so a claim between the two counts below
+    // is the one that fetched the event.
+    let bus = h
+        .builder()
+        .await
+        .poll_interval(Duration::from_secs(3600))
+        .concurrency(1)
+        .build()
+        .await
+        .unwrap();
+    // The handler says when it starts and holds on until the test has looked.
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<durabus::EventId>();
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (g, c) = (go.clone(), calls.clone());
+    bus.subscribe(
+        "handed.*",
+        move |e: Event| {
+            let (tx, g, c) = (started_tx.clone(), g.clone(), c.clone());
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                let _ = tx.send(e.id);
+                g.acquire().await?.forget();
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    // An enqueue that finds the loop asleep after an empty claim is handed over: its handler
+    // starts with no claim in between. One that lands while the loop is between claims goes
+    // the pending way (a claim), so try until the loop was caught waiting.
+    let mut handed = None;
+    for i in 0..50u32 {
+        let before = claims(&bus).await;
+        let id = bus.enqueue("handed.x", &i).await.unwrap();
+        let got = tokio::time::timeout(Duration::from_secs(10), started.recv())
+            .await
+            .expect("the handler starts")
+            .unwrap();
+        assert_eq!(got, id);
+        let after = claims(&bus).await;
+        go.add_permits(1);
+        let e = wait_status(&bus, id, EventStatus::Done).await;
+        assert_eq!(e.retry_count, 0);
+        assert!(e.errors.is_empty());
+        if after == before {
+            handed = Some(id);
+            break;
+        }
+        // Let the loop finish its next claim and fall asleep again.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let id = handed.expect("an enqueue onto an idle worker is delivered without a claim");
+    // Delivered once, and nothing else was delivered on the way.
+    assert_eq!(started.try_recv().ok(), None);
+    let n = calls.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), n, "{id} delivered again");
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn enqueues_racing_a_shutdown_lose_nothing(h: &Harness) {
+    // An enqueue may take the idle loop's turn just as the bus stops; its event then goes back
+    // to pending (or, failing that, is recovered), never lost and never delivered twice.
+    let mut acknowledged = Vec::new();
+    let calls = Arc::new(std::sync::Mutex::new(Vec::<durabus::EventId>::new()));
+    for round in 0..20u32 {
+        let bus = Arc::new(recording_bus(h, &calls).await);
+        let b = bus.clone();
+        let enqueues = tokio::spawn(async move {
+            let mut ok = Vec::new();
+            for i in 0..3u32 {
+                match b.enqueue("race.x", &(round * 10 + i)).await {
+                    Ok(id) => ok.push(id),
+                    Err(Error::Shutdown) => break,
+                    Err(e) => panic!("enqueue failed with {e}"),
+                }
+            }
+            ok
+        });
+        tokio::time::sleep(Duration::from_micros(u64::from(round) * 100)).await;
+        bus.shutdown().await.unwrap();
+        acknowledged.extend(enqueues.await.unwrap());
+    }
+    // A last bus delivers whatever the stops left behind.
+    h.advance(Duration::from_secs(3600));
+    let bus = recording_bus(h, &calls).await;
+    for id in &acknowledged {
+        wait_status(&bus, *id, EventStatus::Done).await;
+    }
+    let calls = calls.lock().unwrap().clone();
+    for id in &acknowledged {
+        let n = calls.iter().filter(|c| *c == id).count();
+        assert_eq!(n, 1, "{id} was acknowledged and delivered {n} times");
+    }
+    bus.shutdown().await.unwrap();
+}
+
+/// A started bus whose handler for `race.*` writes down each event it is given.
+async fn recording_bus(
+    h: &Harness,
+    calls: &Arc<std::sync::Mutex<Vec<durabus::EventId>>>,
+) -> durabus::EventBus {
+    let bus = h.bus().await;
+    let c = calls.clone();
+    bus.subscribe(
+        "race.*",
+        move |e: Event| {
+            c.lock().unwrap().push(e.id);
+            async { Ok(()) }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    bus
+}

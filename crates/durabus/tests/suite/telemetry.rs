@@ -32,11 +32,11 @@ pub fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         })
 }
 
-fn num(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub fn num(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
     value(s, name, labels).unwrap_or_else(|| panic!("no {name} {labels:?}"))
 }
 
-async fn scrape(bus: &durabus::EventBus) -> Scrape {
+pub async fn scrape(bus: &durabus::EventBus) -> Scrape {
     parse(&bus.metrics_text().await.unwrap())
 }
 
