@@ -8,7 +8,8 @@
 //! It connects to `DURABUS_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`)
 //! and measures each figure on a schema of its own, dropped afterwards: one caller awaiting each
 //! publish, 64 concurrent callers, batches of 1,000, draining a backlog, end to end while the
-//! bus delivers, and publish → handler start in the same process. Each figure is the median of
+//! bus delivers, and publish → handler start in the same process (beside a raw one-row commit,
+//! its limit, measured interleaved with it). Each figure is the median of
 //! `--runs` runs after one warm-up run. Build it with `--release`: a debug build measures the
 //! compiler's unoptimised JSON and protocol encoding, not the database.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -101,13 +102,20 @@ async fn main() -> Res<()> {
     }
     if plan.wants("latency") {
         let samples = plan.scale(2_000, 200) as usize;
-        let (handler, publish) = in_process_latency(&plan, samples).await?;
+        let [handler, publish, commit] = in_process_latency(&plan, samples).await?;
         figures.push(("latency_samples", samples as f64));
         figures.push(("latency_p50_us", handler.0));
         figures.push(("latency_p99_us", handler.1));
         // The publish call alone (its commit), within that latency.
         figures.push(("latency_publish_p50_us", publish.0));
         figures.push(("latency_publish_p99_us", publish.1));
+        // The limit, interleaved with the samples: a raw one-row commit.
+        figures.push(("latency_raw_commit_p50_us", commit.0));
+        figures.push(("latency_raw_commit_p99_us", commit.1));
+        figures.push((
+            "latency_p99_to_raw_commit_p99",
+            handler.1 / commit.1.max(1.0),
+        ));
     }
     figures.push(("seconds", started.elapsed().as_secs_f64()));
     if plan.json {
@@ -305,11 +313,28 @@ fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-/// Publish → handler start in this process: one event every 2 ms on a fresh schema after 100
-/// warm-up events, the handler recording when it starts: (p50, p99) in µs of publish → handler
-/// start, and of the publish call alone.
-async fn in_process_latency(plan: &Plan, samples: usize) -> Res<((f64, f64), (f64, f64))> {
+/// Publish → handler start in this process, on a fresh schema after 100 warm-up events, the
+/// handler recording when it starts: (p50, p99) in µs of publish → handler start, of the
+/// publish call alone, and of its limit. Each sample is an event enqueued after a 2 ms pause,
+/// then, after another, a raw one-row commit into a copy of the events table (same columns and
+/// indexes, nobody claiming from it) on a connection of its own: the limit is measured
+/// interleaved with the figure, so the disk's drift between runs cannot come between them.
+async fn in_process_latency(plan: &Plan, samples: usize) -> Res<[(f64, f64); 3]> {
     let (bus, schema) = fresh_bus(&plan.url).await?;
+    let raw = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&plan.url)
+        .await?;
+    let table = format!("\"{schema}\".raw_events");
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE TABLE {table} (LIKE \"{schema}\".events INCLUDING ALL)"
+    )))
+    .execute(&raw)
+    .await?;
+    let insert = format!(
+        "INSERT INTO {table} (id, type, payload, status, created_at, updated_at, next_attempt_at) \
+         VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)"
+    );
     let seen = Arc::new(Mutex::new(Vec::with_capacity(samples)));
     let counter = Arc::new(Counter::default());
     let (sink, count) = (seen.clone(), counter.clone());
@@ -332,18 +357,31 @@ async fn in_process_latency(plan: &Plan, samples: usize) -> Res<((f64, f64), (f6
     publish_batches(&bus, 100).await?;
     counter.wait_for(100).await?;
     let mut publish = Vec::with_capacity(samples);
+    let mut commits = Vec::with_capacity(samples);
     for _ in 0..samples {
         tokio::time::sleep(Duration::from_millis(2)).await;
         let e = NewEvent::new("bench.latency", &serde_json::json!({ "sent_us": now_us() }))?;
         let started = Instant::now();
         bus.enqueue_event(e).await?;
         publish.push(started.elapsed().as_micros() as f64);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let row = NewEvent::new("bench.latency", &serde_json::json!({ "sent_us": now_us() }))?;
+        let started = Instant::now();
+        sqlx::query(AssertSqlSafe(insert.as_str()))
+            .bind(row.id.0)
+            .bind(&row.event_type)
+            .bind(&row.payload)
+            .bind(durabus::Timestamp::now().as_millis())
+            .execute(&raw)
+            .await?;
+        commits.push(started.elapsed().as_micros() as f64);
     }
     counter.wait_for(100 + samples as u64).await?;
     bus.shutdown().await?;
+    raw.close().await;
     drop_schema(&plan.url, &schema).await?;
     let handler = seen.lock().await.clone();
-    Ok((p50_p99(handler), p50_p99(publish)))
+    Ok([p50_p99(handler), p50_p99(publish), p50_p99(commits)])
 }
 
 fn p50_p99(mut v: Vec<f64>) -> (f64, f64) {
