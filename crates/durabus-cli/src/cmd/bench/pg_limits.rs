@@ -41,10 +41,11 @@ pub struct Limits {
 }
 
 /// The columns every raw insert writes.
-const COLUMNS: &str = "id, type, payload, status, created_at, updated_at, next_attempt_at";
+pub(super) const COLUMNS: &str =
+    "id, type, payload, status, created_at, updated_at, next_attempt_at";
 
 /// The same rows the library benches publish: (id, type, payload).
-fn rows(from: u64, to: u64) -> anyhow::Result<Vec<(Uuid, String, String)>> {
+pub(super) fn rows(from: u64, to: u64) -> anyhow::Result<Vec<(Uuid, String, String)>> {
     (from..to)
         .map(|i| {
             let e = event(i)?;
@@ -243,7 +244,7 @@ async fn ensure_empty(pool: &PgPool, table: &str) -> anyhow::Result<()> {
 }
 
 /// One row by the one-row `insert` statement, committed on its own.
-async fn insert_one(
+pub(super) async fn insert_one(
     pool: &PgPool,
     insert: &str,
     (id, ty, payload): &(Uuid, String, String),
