@@ -216,7 +216,7 @@ async fn a_publish_in_the_same_process_wakes_its_own_idle_worker() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_skips_its_flush_without_changing_the_sessions_setting() {
+async fn a_claim_and_a_renewal_skip_their_flush_without_changing_the_sessions_setting() {
     if !pg_available().await {
         return;
     }
@@ -256,6 +256,33 @@ async fn a_claim_skips_its_flush_without_changing_the_sessions_setting() {
     .await
     .unwrap();
     assert_eq!(status, "processing");
+    // A renewal skips its flush the same way: the lease moves, visibly to other connections,
+    // and the session keeps its setting.
+    let expiry = async || -> i64 {
+        sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT lease_expires_at FROM \"{schema}\".events WHERE id = $1"
+        )))
+        .bind(e.id.0)
+        .fetch_one(&admin().await)
+        .await
+        .unwrap()
+    };
+    let before = expiry().await;
+    clock.advance(std::time::Duration::from_secs(5));
+    store.heartbeat(clock.now()).await.unwrap();
+    assert_eq!(
+        expiry().await,
+        before + 5_000,
+        "the renewal moved the lease"
+    );
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        setting, "on",
+        "the renewal's setting leaked into the session"
+    );
     store.close().await.unwrap();
     pool.close().await;
     drop_schema(&schema).await;

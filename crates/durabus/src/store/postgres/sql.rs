@@ -166,12 +166,20 @@ impl PgSql {
             // were handled twice. A skipped row still held next beat is renewed then. A lease is
             // never moved back: a renewal that waited long for its connection may carry an
             // earlier time than the claim that set the lease.
+            // Like the claim, a renewal commits without waiting for its WAL flush (`lazy`). A
+            // commit that waits becomes visible only once flushed, so a slow flush (a
+            // checkpoint on a busy disk) would let other workers see the old expiry and take
+            // over events whose handlers still run here. A renewal lost in a server crash only
+            // shortens a lease: the event is delivered again (at least once, as after any
+            // crash) and this worker's outcome is refused by its token.
             renew: format!(
-                "UPDATE {s}.events SET lease_expires_at = greatest(lease_expires_at, $2)
-                 WHERE id IN (
+                "WITH lazy AS (SELECT set_config('synchronous_commit', 'off', true)),
+                 held AS (
                      SELECT id FROM {s}.events
                      WHERE status = 'processing' AND lease_owner = $1 AND lease_token = ANY($3)
-                     FOR UPDATE SKIP LOCKED)"
+                     FOR UPDATE SKIP LOCKED)
+                 UPDATE {s}.events e SET lease_expires_at = greatest(e.lease_expires_at, $2)
+                 FROM held h, lazy WHERE e.id = h.id"
             ),
             subscription_free_name: format!(
                 "DELETE FROM {s}.subscriptions WHERE name = $1 AND id <> $2"
