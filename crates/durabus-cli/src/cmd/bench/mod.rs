@@ -7,6 +7,7 @@ mod harness;
 mod history;
 mod metrics;
 mod pg_limits;
+mod pg_table;
 mod pg_workers;
 mod pipeline;
 mod postgres;
@@ -168,7 +169,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         if json {
             return output::json(&report);
         }
-        postgres::print_table(&report);
+        pg_table::print_table(&report);
         return Ok(());
     }
     let started = Instant::now();

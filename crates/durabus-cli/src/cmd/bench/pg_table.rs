@@ -1,0 +1,148 @@
+//! The PostgreSQL figures as a table, each beside its target and its same-run limit.
+
+use super::postgres::PgReport;
+
+/// Prints the PostgreSQL figures as a table.
+pub fn print_table(r: &PgReport) {
+    println!();
+    println!(
+        "PostgreSQL, {} worker processes, {} events, runs: {}, took {:.0} s",
+        r.workers, r.events, r.runs, r.seconds
+    );
+    println!("{:<36}  {:>12}  target", "figure", "measured");
+    let rows = [
+        (
+            "publish, 1 caller (ev/s)",
+            format!("{:.0}", r.publish_seq_eps),
+            "—",
+        ),
+        (
+            "  raw one-row commits beside it (ev/s)",
+            if r.publish_seq_raw_eps > 0.0 {
+                format!(
+                    "{:.0} (publish {:.2}×)",
+                    r.publish_seq_raw_eps,
+                    r.publish_seq_eps / r.publish_seq_raw_eps
+                )
+            } else {
+                "0".into()
+            },
+            "publish ≥ 0.9×",
+        ),
+        (
+            "publish, concurrent (ev/s)",
+            format!("{:.0}", r.publish_concurrent_eps),
+            "—",
+        ),
+        (
+            "publish, batch (ev/s)",
+            format!("{:.0}", r.publish_batch_eps),
+            "—",
+        ),
+        ("end to end (ev/s)", format!("{:.0}", r.e2e_eps), "≥ 10,000"),
+        ("double completions", r.double_completions.to_string(), "0"),
+        ("lost events", r.lost_events.to_string(), "0"),
+        (
+            "publish → other process p50 (µs)",
+            format!(
+                "{:.0} ({} samples)",
+                r.notify_latency_p50_us, r.notify_latency_samples
+            ),
+            "—",
+        ),
+        (
+            "publish → other process p99 (µs)",
+            format!("{:.0}", r.notify_latency_p99_us),
+            "< 10,000",
+        ),
+        (
+            "DLQ records page (ms)",
+            format!("{:.2}", r.dlq_records_page_ms),
+            "< 10 (1M)",
+        ),
+        ("DLQ groups (ms)", format!("{:.2}", r.dlq_groups_ms), "—"),
+        (
+            "admin API, 50 clients listing DLQ: p99 (ms)",
+            format!(
+                "{:.2} (p50 {:.2}; {:.0} req/s)",
+                r.api_list_p99_ms, r.api_list_p50_ms, r.api_list_rps
+            ),
+            "—",
+        ),
+        (
+            "bulk retry (dead letters/s)",
+            format!("{:.0}", r.bulk_retry_eps),
+            "—",
+        ),
+    ];
+    for (name, value, target) in rows {
+        println!("{name:<36}  {value:>12}  {target}");
+    }
+    if let Some(l) = &r.limits {
+        println!();
+        println!(
+            "{:<36}  {:>12}  library figure as a share of it",
+            "raw limit (same run)", "ev/s"
+        );
+        let ratio = |x: f64, limit: f64| {
+            if x > 0.0 && limit > 0.0 {
+                format!("{:.2}", x / limit)
+            } else {
+                "—".into()
+            }
+        };
+        let rows = [
+            (
+                "one-row INSERT, one commit each",
+                l.one_row_commit_eps,
+                ratio(r.publish_seq_eps, l.one_row_commit_eps) + " (publish, 1 caller)",
+            ),
+            (
+                "the same, interleaved with publishes",
+                r.publish_seq_raw_eps,
+                ratio(r.publish_seq_eps, r.publish_seq_raw_eps) + " (publish, 1 caller)",
+            ),
+            (
+                "INSERT … unnest, 1,000 rows",
+                l.unnest_insert_eps,
+                ratio(r.publish_batch_eps, l.unnest_insert_eps) + " (publish, batch)",
+            ),
+            (
+                "COPY, 1,000 rows",
+                l.copy_insert_eps,
+                ratio(r.publish_batch_eps, l.copy_insert_eps) + " (publish, batch)",
+            ),
+            (
+                "unnest + id table, 1,000 rows",
+                l.unnest_with_ids_eps,
+                ratio(r.publish_batch_eps, l.unnest_with_ids_eps) + " (publish, batch)",
+            ),
+            (
+                "claim 100 + complete, 4 callers",
+                l.claim_complete_eps,
+                ratio(r.e2e_eps, l.claim_complete_eps) + " (end to end)",
+            ),
+            (
+                "unnest insert beside claim + complete",
+                l.end_to_end_eps,
+                ratio(r.e2e_eps, l.end_to_end_eps) + " (end to end)",
+            ),
+        ];
+        for (name, eps, share) in rows {
+            println!("{name:<36}  {eps:>12.0}  {share}");
+        }
+        println!(
+            "{:<36}  {:>12}  publish → other process p99 as a multiple of it",
+            "one-row commit every 2 ms: p50 / p99", "µs"
+        );
+        println!(
+            "{:<36}  {:>12}  {}",
+            "",
+            format!(
+                "{:.0} / {:.0}",
+                l.spaced_commit_p50_us, l.spaced_commit_p99_us
+            ),
+            ratio(r.notify_latency_p99_us, l.spaced_commit_p99_us)
+        );
+    }
+}
