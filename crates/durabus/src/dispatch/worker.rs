@@ -193,13 +193,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             break;
         }
         // Events handed over while the loop was busy are claimed already: queue them.
-        if let Some(rx) = handed.as_mut() {
-            while let Ok(h) = rx.try_recv() {
-                if let Handed::Event(e) = h {
-                    queue.push_back(e);
-                }
-            }
-        }
+        queue_handed(&mut handed, &mut queue);
         // Room for one more outcome waiting to be written, then a free delivery slot.
         let write = tokio::select! {
             w = unrecorded.enter() => w,
@@ -293,12 +287,8 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     handoff.close();
     if let Some(rx) = handed.as_mut() {
         rx.close();
-        while let Ok(h) = rx.try_recv() {
-            if let Handed::Event(e) = h {
-                queue.push_back(e);
-            }
-        }
     }
+    queue_handed(&mut handed, &mut queue);
     // Claimed but never started: give them back without counting an attempt.
     if !queue.is_empty() {
         let ids = queue.iter().map(|e| e.id).collect();
@@ -332,6 +322,17 @@ fn spawn_delivery(
         // event is recovered on the next start.
         let _ = finished.send((outcome, guard, write));
     }));
+}
+
+/// Moves the events waiting in the hand-over channel into `queue`.
+fn queue_handed(handed: &mut Option<mpsc::UnboundedReceiver<Handed>>, queue: &mut VecDeque<Event>) {
+    if let Some(rx) = handed.as_mut() {
+        while let Ok(h) = rx.try_recv() {
+            if let Handed::Event(e) = h {
+                queue.push_back(e);
+            }
+        }
+    }
 }
 
 /// The next hand-over; never resolves without a receiver (or once every sender is gone).
