@@ -4,6 +4,7 @@
 //! count it, write it. The bus holds a dispatcher plus its own lifecycle; nothing here knows
 //! the bus.
 
+pub(crate) mod ahead;
 pub(crate) mod breakers;
 pub(crate) mod decide;
 pub(crate) mod handoff;

@@ -2,9 +2,10 @@
 //! with at most `concurrency` running at once, and hands finished outcomes to a completer task
 //! that writes them in batches. A claim takes at most the free delivery slots plus a prefetch,
 //! so a worker never holds (and, on PostgreSQL, leases) many more events than it gets through
-//! soon (see [`Pacer`]). When nothing is due it sleeps until woken by a write, by the earliest
-//! due time, by a clock jump, by the poll interval, by shutdown, or by an enqueue that hands
-//! it its event (see [`handoff`](super::handoff)).
+//! soon (see [`Pacer`]). While a backlog lasts, the next claim runs beside the deliveries once
+//! the queue is half down (see [`ahead`](super::ahead)). When nothing is due it sleeps until
+//! woken by a write, by the earliest due time, by a clock jump, by the poll interval, by
+//! shutdown, or by an enqueue that hands it its event (see [`handoff`](super::handoff)).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
+use super::ahead::{self, Ahead, Claimed};
 use super::handoff::Handed;
 use super::inflight::InFlightGuard;
 use super::{Attempted, Dispatcher};
@@ -185,6 +187,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     tokio::spawn(complete(dispatcher.clone(), finished_rx));
     let mut pacer = Pacer::new();
     let mut last_full = 0usize;
+    let mut ahead = Ahead::default();
     let handoff = dispatcher.handoff().clone();
     let mut handed = handoff.receiver();
 
@@ -194,6 +197,11 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         }
         // Events handed over while the loop was busy are claimed already: queue them.
         queue_handed(&mut handed, &mut queue);
+        if ahead.finished()
+            && let Some(claimed) = ahead.take().await
+        {
+            last_full = queue_ahead(&dispatcher, claimed, &mut queue);
+        }
         // Room for one more outcome waiting to be written, then a free delivery slot.
         let write = tokio::select! {
             w = unrecorded.enter() => w,
@@ -203,6 +211,18 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = shutdown.recv() => break,
         };
+        if queue.is_empty() && ahead.running() {
+            // The claim started ahead is still running: wait for it rather than start another.
+            // Empty or failed, it is followed at once by an ordinary claim below, which
+            // registers for wake-ups before it looks.
+            let claimed = tokio::select! {
+                c = ahead.take() => c,
+                _ = shutdown.recv() => break,
+            };
+            if let Some(claimed) = claimed {
+                last_full = queue_ahead(&dispatcher, claimed, &mut queue);
+            }
+        }
         if queue.is_empty() {
             // Register for wake-ups before looking, so a write that lands meanwhile is not missed.
             let notified = wake.notified();
@@ -222,11 +242,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                     .max(last_full.saturating_mul(2))
                     .min(config.claim_batch);
             }
-            let started = std::time::Instant::now();
-            let claimed = store.claim_due(clock.now(), limit).await;
-            dispatcher
-                .telemetry()
-                .store_call(crate::telemetry::StoreCall::Claim, started.elapsed());
+            let (claimed, _) = ahead::claim(&dispatcher, limit).await;
             match claimed {
                 Ok(events) => {
                     failures = 0;
@@ -281,14 +297,31 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 finished.clone(),
                 pacer.finished.clone(),
             );
+            // A backlog (the last claim came back full): once the queue is half down, claim
+            // the next events beside the deliveries, within the same bound as any claim.
+            if last_full > 0 && !ahead.running() {
+                let bound = claim_limit(
+                    slots.available_permits(),
+                    config.prefetch,
+                    pacer.rate(config.prefetch.max(16) as u64),
+                    config.claim_batch,
+                );
+                if let Some(limit) = ahead::room(bound, queue.len()) {
+                    ahead.start(&dispatcher, limit);
+                }
+            }
         }
     }
-    // No more hand-overs; what was handed and not started is given back with the queue.
+    // No more hand-overs; what was handed and not started is given back with the queue, and
+    // so is what a claim still running ahead brings.
     handoff.close();
     if let Some(rx) = handed.as_mut() {
         rx.close();
     }
     queue_handed(&mut handed, &mut queue);
+    if let Some((Ok(events), _)) = ahead.take().await {
+        queue.extend(events);
+    }
     // Claimed but never started: give them back without counting an attempt.
     if !queue.is_empty() {
         let ids = queue.iter().map(|e| e.id).collect();
@@ -322,6 +355,31 @@ fn spawn_delivery(
         // event is recovered on the next start.
         let _ = finished.send((outcome, guard, write));
     }));
+}
+
+/// Queues the events a claim made ahead brought; returns the new `last_full` (the claim's
+/// limit if it came back full, else 0). A failed claim is logged and reported; the next
+/// ordinary claim retries, with its back-off.
+fn queue_ahead(
+    dispatcher: &Dispatcher,
+    (claimed, limit): Claimed,
+    queue: &mut VecDeque<Event>,
+) -> usize {
+    match claimed {
+        Ok(events) => {
+            let full = if events.len() == limit { limit } else { 0 };
+            queue.extend(events);
+            full
+        }
+        Err(e) => {
+            tracing::error!(error = %e, kind = %e.kind(), "claiming due events failed; retrying");
+            dispatcher
+                .config()
+                .on_error
+                .report(crate::hook::ErrorSource::Claim, &e, true);
+            0
+        }
+    }
 }
 
 /// Moves the events waiting in the hand-over channel into `queue`.

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod breaker;
+pub mod claims;
 pub mod dead_letters;
 pub mod dlq;
 pub mod history;
