@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use durabus::{Event, EventId, EventStatus, NewEvent, SubscribeOptions};
@@ -34,22 +34,7 @@ pub async fn a_worker_holds_no_more_than_its_slots_plus_the_prefetch_while_handl
         .build()
         .await
         .unwrap();
-    let started = Arc::new(AtomicU32::new(0));
-    let s = started.clone();
-    bus.subscribe(
-        "hold.*",
-        move |_e: Event| {
-            let s = s.clone();
-            async move {
-                s.fetch_add(1, Ordering::SeqCst);
-                std::future::pending::<()>().await;
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let started = count_calls_and_hang(&bus, "hold.*").await;
     let batch: Vec<_> = (0..40)
         .map(|i| NewEvent::new("hold.x", &i).unwrap())
         .collect();

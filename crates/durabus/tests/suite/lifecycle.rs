@@ -347,22 +347,7 @@ pub async fn events_claimed_but_not_started_are_released_at_shutdown(h: &Harness
         .build()
         .await
         .unwrap();
-    let started = Arc::new(AtomicU32::new(0));
-    let s = started.clone();
-    bus.subscribe(
-        "q.*",
-        move |_e: Event| {
-            let s = s.clone();
-            async move {
-                s.fetch_add(1, Ordering::SeqCst);
-                std::future::pending::<()>().await;
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let started = count_calls_and_hang(&bus, "q.*").await;
     let batch: Vec<_> = (0..5).map(|i| NewEvent::new("q.x", &i).unwrap()).collect();
     let ids = bus.enqueue_batch(batch).await.unwrap();
     bus.start().await.unwrap();

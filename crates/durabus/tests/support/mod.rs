@@ -246,13 +246,35 @@ impl Harness {
 
 /// Subscribes a handler to `pattern` that counts its calls and succeeds; returns the count.
 pub async fn count_calls(bus: &EventBus, pattern: &str) -> Arc<std::sync::atomic::AtomicUsize> {
+    subscribe_counting(bus, pattern, false).await
+}
+
+/// Subscribes a handler to `pattern` that counts its calls and never returns, holding its
+/// delivery slot; returns the count.
+pub async fn count_calls_and_hang(
+    bus: &EventBus,
+    pattern: &str,
+) -> Arc<std::sync::atomic::AtomicUsize> {
+    subscribe_counting(bus, pattern, true).await
+}
+
+async fn subscribe_counting(
+    bus: &EventBus,
+    pattern: &str,
+    hang: bool,
+) -> Arc<std::sync::atomic::AtomicUsize> {
     let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let c = count.clone();
     bus.subscribe(
         pattern,
         move |_e: Event| {
             c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            async { Ok(()) }
+            async move {
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                Ok(())
+            }
         },
         durabus::SubscribeOptions::default(),
     )
