@@ -31,7 +31,10 @@ pub struct BusConfig {
     /// Events a claim takes beyond the free delivery slots: they wait in the worker's queue
     /// so a slot that frees up finds its next event at once. A claim takes at most
     /// `free slots + prefetch` events (and at most `claim_batch`), so a worker never holds
-    /// (on PostgreSQL: leases) many more events than it can run. Defaults to 16.
+    /// (on PostgreSQL: leases) many more events than it can run. While handlers are fast the
+    /// prefetch grows to what the worker finishes in 50 ms; while a backlog lasts, the next
+    /// claim runs beside the deliveries once the queue is half down, counting the queue
+    /// against the same bound. Defaults to 16.
     pub prefetch: usize,
     /// Longest the dispatcher sleeps without looking at the store: the fallback that picks up
     /// events written by other processes. Defaults to 500 ms.
