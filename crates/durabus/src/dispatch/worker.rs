@@ -134,6 +134,9 @@ pub(crate) fn claim_limit(free: usize, prefetch: usize, rate: f64, claim_batch: 
         .max(1)
 }
 
+/// Finished events enough for a first rate estimate (see [`Pacer::rate`]).
+const FIRST_ESTIMATE: u64 = 4;
+
 /// Measures how fast this worker finishes events (a moving average), for [`claim_limit`].
 #[derive(Debug)]
 struct Pacer {
@@ -151,11 +154,18 @@ impl Pacer {
         }
     }
 
-    /// Events finished per second, recently; updated every few milliseconds, or as soon as a
-    /// few claims' worth of events have finished (so a burst ramps up within its first claims).
+    /// Events finished per second, recently; updated every few milliseconds, or as soon as
+    /// `enough` events have finished (so a burst ramps up within its first claims). The first
+    /// estimate needs only [`FIRST_ESTIMATE`] of them: until there is one, a claim ahead has no
+    /// room beyond the prefetch, and a burst at start would wait for it.
     fn rate(&mut self, enough: u64) -> f64 {
         let elapsed = self.since.elapsed();
         let finished = self.finished.load(Ordering::Relaxed);
+        let enough = if self.rate == 0.0 {
+            enough.min(FIRST_ESTIMATE)
+        } else {
+            enough
+        };
         let measurable = elapsed >= Duration::from_millis(5)
             || (finished >= enough && elapsed >= Duration::from_micros(100));
         if measurable {
@@ -417,7 +427,7 @@ async fn jumped(jumps: &mut Option<watch::Receiver<i64>>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{Outstanding, claim_limit};
+    use super::{FIRST_ESTIMATE, Outstanding, Pacer, claim_limit};
 
     #[tokio::test]
     async fn the_loop_waits_for_room_once_the_unrecorded_bound_is_reached_and_not_before() {
@@ -450,6 +460,22 @@ mod tests {
         // With everything recorded, the loop enters at once again.
         let _a = outstanding.enter().await;
         let _b = outstanding.enter().await;
+    }
+
+    #[test]
+    fn the_first_rate_estimate_needs_only_a_few_finished_events() {
+        let mut pacer = Pacer::new();
+        pacer
+            .finished
+            .store(FIRST_ESTIMATE, std::sync::atomic::Ordering::Relaxed);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+        let first = pacer.rate(16);
+        assert!(first > 0.0, "{FIRST_ESTIMATE} finished events give a rate");
+        assert_eq!(
+            pacer.finished.load(std::sync::atomic::Ordering::Relaxed),
+            0,
+            "the events measured are counted once"
+        );
     }
 
     #[test]
