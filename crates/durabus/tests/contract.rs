@@ -57,6 +57,7 @@ macro_rules! all_contract_tests {
             lifecycle::events_claimed_but_not_started_are_released_at_shutdown,
             claims::a_worker_holds_no_more_than_its_slots_plus_the_prefetch_while_handlers_block,
             claims::a_backlog_shut_down_midway_leaves_nothing_claimed_and_finishes_once,
+            claims::a_claim_ahead_that_fails_is_reported_to_the_error_hook,
             lifecycle::the_error_hook_hears_what_fails_in_the_background,
             breaker::an_open_breaker_defers_events_and_a_probe_closes_it,
             breaker::a_half_open_breaker_lets_exactly_one_probe_through,

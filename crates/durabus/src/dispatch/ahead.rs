@@ -9,7 +9,7 @@
 //! [`claim_limit`](super::worker::claim_limit) and [`room`]).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
@@ -31,6 +31,15 @@ pub(crate) async fn claim(dispatcher: &Dispatcher, limit: usize) -> Claimed {
         .telemetry()
         .store_call(crate::telemetry::StoreCall::Claim, started.elapsed());
     (claimed, limit)
+}
+
+/// Logs and reports a failed claim; the loop claims again after `pause`.
+pub(crate) fn claim_failed(dispatcher: &Dispatcher, e: &crate::Error, pause: Duration) {
+    tracing::error!(error = %e, kind = %e.kind(), ?pause, "claiming due events failed; retrying");
+    dispatcher
+        .config()
+        .on_error
+        .report(crate::hook::ErrorSource::Claim, e, true);
 }
 
 /// How many events a claim started now, ahead of need, may take: the room `queued` events
@@ -59,10 +68,18 @@ impl Ahead {
         self.task.as_ref().is_some_and(JoinHandle::is_finished)
     }
 
-    /// Starts claiming up to `limit` events in a task of its own.
+    /// Starts claiming up to `limit` events in a task of its own, which reports a failure
+    /// when it happens (the loop may be waiting for a slot meanwhile); the loop's ordinary
+    /// claim follows at once.
     pub(crate) fn start(&mut self, dispatcher: &Arc<Dispatcher>, limit: usize) {
         let dispatcher = dispatcher.clone();
-        self.task = Some(tokio::spawn(async move { claim(&dispatcher, limit).await }));
+        self.task = Some(tokio::spawn(async move {
+            let claimed = claim(&dispatcher, limit).await;
+            if let Err(e) = &claimed.0 {
+                claim_failed(&dispatcher, e, Duration::ZERO);
+            }
+            claimed
+        }));
     }
 
     /// Waits for the running claim and takes its result: `None` if none runs (or its task

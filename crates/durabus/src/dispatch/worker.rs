@@ -210,7 +210,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         if ahead.finished()
             && let Some(claimed) = ahead.take().await
         {
-            last_full = queue_ahead(&dispatcher, claimed, &mut queue);
+            last_full = queue_ahead(claimed, &mut queue);
         }
         // Room for one more outcome waiting to be written, then a free delivery slot.
         let write = tokio::select! {
@@ -230,7 +230,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 _ = shutdown.recv() => break,
             };
             if let Some(claimed) = claimed {
-                last_full = queue_ahead(&dispatcher, claimed, &mut queue);
+                last_full = queue_ahead(claimed, &mut queue);
             }
         }
         if queue.is_empty() {
@@ -256,17 +256,14 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             match claimed {
                 Ok(events) => {
                     failures = 0;
-                    last_full = if events.len() == limit { limit } else { 0 };
+                    last_full = fullness(events.len(), limit);
                     queue.extend(events);
                 }
                 Err(e) => {
                     drop((slot, write));
                     failures = failures.saturating_add(1);
                     let pause = Duration::from_millis(10u64 << failures.min(8));
-                    tracing::error!(error = %e, kind = %e.kind(), ?pause, "claiming due events failed; retrying");
-                    config
-                        .on_error
-                        .report(crate::hook::ErrorSource::Claim, &e, true);
+                    ahead::claim_failed(&dispatcher, &e, pause);
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => continue,
                         _ = shutdown.recv() => break,
@@ -367,29 +364,24 @@ fn spawn_delivery(
     }));
 }
 
-/// Queues the events a claim made ahead brought; returns the new `last_full` (the claim's
-/// limit if it came back full, else 0). A failed claim is logged and reported; the next
-/// ordinary claim retries, with its back-off.
-fn queue_ahead(
-    dispatcher: &Dispatcher,
-    (claimed, limit): Claimed,
-    queue: &mut VecDeque<Event>,
-) -> usize {
+/// Queues the events a claim made ahead brought; returns the new `last_full`. A failed claim
+/// (reported by its task when it failed) leaves 0: the ordinary claim that follows at once
+/// retries, with its back-off.
+fn queue_ahead((claimed, limit): Claimed, queue: &mut VecDeque<Event>) -> usize {
     match claimed {
         Ok(events) => {
-            let full = if events.len() == limit { limit } else { 0 };
+            let full = fullness(events.len(), limit);
             queue.extend(events);
             full
         }
-        Err(e) => {
-            tracing::error!(error = %e, kind = %e.kind(), "claiming due events failed; retrying");
-            dispatcher
-                .config()
-                .on_error
-                .report(crate::hook::ErrorSource::Claim, &e, true);
-            0
-        }
+        Err(_) => 0,
     }
+}
+
+/// What a claim of `limit` that brought `got` events leaves in `last_full`: the limit if it
+/// came back full (more is probably due), else 0.
+fn fullness(got: usize, limit: usize) -> usize {
+    if got == limit { limit } else { 0 }
 }
 
 /// Moves the events waiting in the hand-over channel into `queue`.

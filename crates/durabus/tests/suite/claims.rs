@@ -123,3 +123,75 @@ pub async fn a_backlog_shut_down_midway_leaves_nothing_claimed_and_finishes_once
     let by = statuses(h, &ids).await;
     assert_eq!(by.get(&EventStatus::Done), Some(&ids.len()), "{by:?}");
 }
+
+pub async fn a_claim_ahead_that_fails_is_reported_to_the_error_hook(h: &Harness) {
+    type Heard = Arc<std::sync::Mutex<Vec<(durabus::ErrorSource, durabus::ErrorKind)>>>;
+    let heard: Heard = Arc::default();
+    let sink = heard.clone();
+    // One slot and a prefetch of 1: the first claim takes 2 (full, so a backlog), and the
+    // loop may claim ahead only once the second event runs and the queue is empty.
+    let bus = h
+        .builder()
+        .await
+        .concurrency(1)
+        .prefetch(1)
+        .shutdown_timeout(Duration::from_millis(20))
+        .on_error(move |e: &durabus::BusError<'_>| {
+            sink.lock().unwrap().push((e.source.clone(), e.kind()))
+        })
+        .build()
+        .await
+        .unwrap();
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (g, s) = (gate.clone(), started.clone());
+    bus.subscribe(
+        "ahead.*",
+        move |_e: Event| {
+            let (g, s) = (g.clone(), s.clone());
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                g.acquire().await.unwrap().forget();
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    let batch: Vec<_> = (0..6)
+        .map(|i| NewEvent::new("ahead.x", &i).unwrap())
+        .collect();
+    bus.enqueue_batch(batch).await.unwrap();
+    bus.start().await.unwrap();
+    let running = |n: usize| {
+        let started = started.clone();
+        async move {
+            eventually("the next handler to start", || {
+                let started = started.clone();
+                async move { (started.load(Ordering::SeqCst) == n).then_some(()) }
+            })
+            .await
+        }
+    };
+    running(1).await;
+    // The database goes away; the first handler finishes, the second starts and holds the
+    // only slot, so the loop cannot make an ordinary claim: a failed claim is the one ahead.
+    bus.store().close().await.unwrap();
+    gate.add_permits(1);
+    running(2).await;
+    eventually("the hook to hear the failed claim ahead", || {
+        let heard = heard.clone();
+        async move {
+            heard
+                .lock()
+                .unwrap()
+                .contains(&(durabus::ErrorSource::Claim, durabus::ErrorKind::Closed))
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(started.load(Ordering::SeqCst), 2, "the second still runs");
+    gate.add_permits(100);
+    let _ = bus.shutdown().await;
+}
