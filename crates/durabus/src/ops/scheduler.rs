@@ -273,11 +273,17 @@ impl Scheduler {
             .ok_or_else(|| Error::NotFound {
                 what: format!("job {name:?} (jobs: {})", JOBS.join(", ")),
             })?;
-        self.fire(job.name, None).await
+        Ok(self.fire(job.name, None).await?.0)
     }
 
     /// Starts a run of `name` for `tick` (or by hand), runs it and records how it ended.
-    async fn fire(&self, name: &'static str, tick: Option<Timestamp>) -> Result<JobReport> {
+    /// Returns the report and the clock reading the run ended at (for a skipped run, the one
+    /// it began at).
+    async fn fire(
+        &self,
+        name: &'static str,
+        tick: Option<Timestamp>,
+    ) -> Result<(JobReport, Timestamp)> {
         let now = self.clock.now();
         let report = |status: &str, message: String| JobReport {
             name: name.to_owned(),
@@ -291,11 +297,17 @@ impl Scheduler {
         {
             JobStart::Started => {}
             JobStart::AlreadyRan => {
-                return Ok(report("skipped", "this tick ran in another process".into()));
+                return Ok((
+                    report("skipped", "this tick ran in another process".into()),
+                    now,
+                ));
             }
             JobStart::Busy => {
                 tracing::info!(job = name, "skipped: the previous run is still going");
-                return Ok(report("skipped", "the previous run is still going".into()));
+                return Ok((
+                    report("skipped", "the previous run is still going".into()),
+                    now,
+                ));
             }
         }
         // A tick's work is done as of the tick (a late run retries what was due at its tick,
@@ -305,9 +317,10 @@ impl Scheduler {
             Ok(m) => ("ok", m.clone()),
             Err(e) => ("failed", e.to_string()),
         };
+        let ended = self.clock.now();
         if let Err(e) = self
             .store
-            .job_end(name, &self.holder, status, &message, self.clock.now())
+            .job_end(name, &self.holder, status, &message, ended)
             .await
         {
             tracing::warn!(job = name, error = %e, "could not record the end of a job run");
@@ -315,13 +328,13 @@ impl Scheduler {
         match result {
             Ok(message) => {
                 tracing::info!(job = name, %message, "job ran");
-                Ok(report("ok", message))
+                Ok((report("ok", message), ended))
             }
             Err(e) => {
                 tracing::error!(job = name, error = %e, "job failed");
                 self.hook
                     .report(crate::hook::ErrorSource::Job(name.to_owned()), &e, false);
-                Ok(report("failed", e.to_string()))
+                Ok((report("failed", e.to_string()), ended))
             }
         }
     }
@@ -377,8 +390,8 @@ impl Scheduler {
     }
 
     /// Runs the enabled jobs on their schedules until `shutdown`. When the clock has moved
-    /// past several ticks of a job (a busy process, a manual clock advanced by hours), the job
-    /// runs once, for the latest of them.
+    /// past several ticks of a job (a busy process, a run that outlasted its interval, a manual
+    /// clock advanced by hours), the job runs once, for the latest of them.
     pub(crate) async fn run(self, mut shutdown: Shutdown) {
         let enabled: Vec<&Job> = self.jobs.iter().filter(|j| j.config.enabled).collect();
         if enabled.is_empty() {
@@ -402,17 +415,26 @@ impl Scheduler {
                     .find_previous_occurrence(&to_chrono(now).unwrap_or_default(), true)
                     .map(from_chrono)
                     .unwrap_or(at);
-                if let Err(e) = self.fire(job.name, Some(tick.max(at))).await
-                    && e.kind() != ErrorKind::Closed
-                {
-                    tracing::warn!(job = job.name, error = %e, "could not run a job");
-                    self.hook.report(
-                        crate::hook::ErrorSource::Job(job.name.to_owned()),
-                        &e,
-                        false,
-                    );
-                }
-                *due = job.next_after(self.clock.now().max(tick));
+                // Ticks that came while the job ran are skipped (as another process would
+                // find them), counting from the clock reading its end was recorded with: the
+                // last reading anyone can have seen the run end at. A reading taken later
+                // could already be past a tick that a watcher of the job, seeing it end,
+                // moved the clock to.
+                let ended = match self.fire(job.name, Some(tick.max(at))).await {
+                    Ok((_, ended)) => ended,
+                    Err(e) => {
+                        if e.kind() != ErrorKind::Closed {
+                            tracing::warn!(job = job.name, error = %e, "could not run a job");
+                            self.hook.report(
+                                crate::hook::ErrorSource::Job(job.name.to_owned()),
+                                &e,
+                                false,
+                            );
+                        }
+                        now
+                    }
+                };
+                *due = job.next_after(ended.max(tick));
                 if shutdown.is_shutdown() {
                     return;
                 }

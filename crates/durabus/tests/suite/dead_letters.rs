@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use durabus::{
     Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterStatus, ErrorKind, Event,
-    EventBus, EventId, EventQuery, EventStatus, Keyset, RetryOverride, SubscribeOptions,
+    EventBus, EventId, EventQuery, EventStatus, Keyset, RetryOverride, SubscribeOptions, Timestamp,
 };
 
 use crate::support::*;
@@ -89,6 +89,34 @@ pub async fn wait_record(
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Waits until the auto-retry job has recorded the end of its run for `tick` or a later one
+/// (at most 10 s of real time). Its dead letters show the run's work before the run ends; a
+/// clock moved before then is time that passed while the job ran, whose ticks are skipped.
+pub async fn wait_auto_retry_ended(bus: &EventBus, tick: Timestamp) {
+    let scheduler = bus.scheduler().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let job = scheduler
+            .jobs()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|j| j.name == "dead-letter-auto-retry")
+            .unwrap();
+        if let Some(row) = job.last
+            && row.last_tick >= Some(tick)
+            && row.running_by.is_none()
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting for the auto-retry run of {tick:?} to end"
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -216,8 +244,11 @@ pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
     // (still unhealthy), and the record is pending again with a new round.
     let mut due = first.next_auto_retry_at.unwrap();
     for (n, wait) in [(1u32, 6 * HOUR), (2, 24 * HOUR)] {
-        h.clock.set(due.minus(Duration::from_secs(60)));
-        tokio::time::sleep(Duration::from_millis(30)).await;
+        let before = due.minus(Duration::from_secs(60));
+        h.clock.set(before);
+        // The job runs for the quarter hour before (and finds nothing due).
+        let quarter = 15 * 60 * 1000;
+        wait_auto_retry_ended(&bus, Timestamp(before.as_millis() / quarter * quarter)).await;
         assert_eq!(
             bus.dead_letters().get(id).await.unwrap().auto_retry_count,
             n - 1,
@@ -236,6 +267,7 @@ pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
         );
         let retried = d.last_retry_at.unwrap();
         assert!(retried >= due, "retried at a tick after it was due");
+        wait_auto_retry_ended(&bus, retried).await;
         assert_eq!(d.next_auto_retry_at, Some(retried.plus(wait)));
         assert_eq!(d.fingerprint, fingerprint);
         due = d.next_auto_retry_at.unwrap();
@@ -246,6 +278,7 @@ pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
     })
     .await;
     assert_eq!(d.next_auto_retry_at, None, "manual only from here");
+    wait_auto_retry_ended(&bus, d.last_retry_at.unwrap()).await;
     // Days later, still nothing.
     h.advance(Duration::from_secs(3 * 86_400));
     tokio::time::sleep(Duration::from_millis(50)).await;
