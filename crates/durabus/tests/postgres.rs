@@ -371,8 +371,13 @@ async fn a_pg_outbox_publish_commits_or_rolls_back_with_the_callers_transaction(
 
 /// A store on `schema` whose leases last 1 s.
 async fn short_lease(schema: &str) -> PgStore {
+    leasing(schema, Duration::from_secs(1)).await
+}
+
+/// A store on `schema` whose leases last `lease`.
+async fn leasing(schema: &str, lease: Duration) -> PgStore {
     let o = PgOptions {
-        lease: Duration::from_secs(1),
+        lease,
         ..options(schema)
     };
     PgStore::connect(&pg_url(), o).await.unwrap()
@@ -397,11 +402,13 @@ async fn an_expired_lease_is_reclaimed_and_the_stale_holder_is_fenced_off() {
     }
     let schema = unique_schema();
     let clock = ManualClock::default();
-    let a = short_lease(&schema).await;
-    let b = short_lease(&schema).await;
+    // A lease of 20 s: a claim that waits a quarter of its lease for a connection counts the
+    // lease from when it got one, and 5 s of waiting is beyond any loaded test machine.
+    let a = leasing(&schema, Duration::from_secs(20)).await;
+    let b = leasing(&schema, Duration::from_secs(20)).await;
     let id = claimed(&a, &clock, "x.slow").await;
     // Within the lease nobody else gets it.
-    clock.advance(Duration::from_millis(900));
+    clock.advance(Duration::from_millis(19_900));
     assert!(b.claim_due(clock.now(), 10).await.unwrap().is_empty());
     // A stops renewing (stalled or dead): after the lease, B takes it over, the interrupted
     // attempt counted.

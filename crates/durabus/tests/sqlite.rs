@@ -192,6 +192,21 @@ fn hold_write_lock(path: &std::path::Path, hold: Duration) -> std::thread::JoinH
     })
 }
 
+/// Takes the write lock of the database at `path` on another connection and holds it until
+/// the returned sender is used (or dropped).
+fn hold_write_lock_until_told(
+    path: &std::path::Path,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let _ = rx.recv();
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    (tx, holder)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_held_by_another_process_is_waited_out_not_surfaced() {
     let (_dir, path) = temp();
@@ -231,7 +246,7 @@ async fn a_lock_held_past_the_lock_timeout_fails_with_locked_and_stores_nothing(
         ..SqliteOptions::default()
     };
     let store = SqliteStore::open(&path, opts).await.unwrap();
-    let holder = hold_write_lock(&path, Duration::from_millis(400));
+    let (release, holder) = hold_write_lock_until_told(&path);
     let err = store
         .insert(
             vec![NewEvent::new("l.x", &1).unwrap()],
@@ -241,6 +256,7 @@ async fn a_lock_held_past_the_lock_timeout_fails_with_locked_and_stores_nothing(
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Locked(_)), "{err:?}");
+    release.send(()).unwrap();
     holder.join().unwrap();
     assert!(
         store

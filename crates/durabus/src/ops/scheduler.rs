@@ -392,16 +392,27 @@ impl Scheduler {
     /// Runs the enabled jobs on their schedules until `shutdown`. When the clock has moved
     /// past several ticks of a job (a busy process, a run that outlasted its interval, a manual
     /// clock advanced by hours), the job runs once, for the latest of them.
-    pub(crate) async fn run(self, mut shutdown: Shutdown) {
+    ///
+    /// The schedule starts from the clock as this is called (as the bus starts), not as the
+    /// task is first polled: a clock moved in between is a jump the loop sees.
+    pub(crate) fn run(self, shutdown: Shutdown) -> impl Future<Output = ()> + Send + 'static {
+        let start = self.clock.now();
+        let jumps = self.clock.jumps();
+        self.run_from(start, jumps, shutdown)
+    }
+
+    async fn run_from(
+        self,
+        start: Timestamp,
+        mut jumps: Option<tokio::sync::watch::Receiver<i64>>,
+        mut shutdown: Shutdown,
+    ) {
         let enabled: Vec<&Job> = self.jobs.iter().filter(|j| j.config.enabled).collect();
         if enabled.is_empty() {
             return;
         }
-        let mut jumps = self.clock.jumps();
-        let mut next: Vec<Option<Timestamp>> = enabled
-            .iter()
-            .map(|j| j.next_after(self.clock.now()))
-            .collect();
+        let mut next: Vec<Option<Timestamp>> =
+            enabled.iter().map(|j| j.next_after(start)).collect();
         loop {
             let now = self.clock.now();
             for (job, due) in enabled.iter().zip(next.iter_mut()) {
