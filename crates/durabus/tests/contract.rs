@@ -120,6 +120,7 @@ macro_rules! all_contract_tests {
             replay::an_operations_only_bus_runs_operations_and_claims_nothing,
             telemetry::counters_follow_a_scripted_run,
             telemetry::gauges_come_from_the_store_and_are_cached,
+            telemetry::a_store_that_cannot_be_read_shows_down_and_the_counters_stay,
             telemetry::replays_are_counted,
             telemetry::a_bad_prefix_is_refused_and_a_good_one_is_used,
         );

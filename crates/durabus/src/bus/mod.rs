@@ -360,19 +360,40 @@ impl EventBus {
     /// gauges (read by indexed queries at most every
     /// [`MetricsConfig::gauge_refresh`](crate::MetricsConfig), 15 s by default, and cached in
     /// between), its breakers and this process's resources. Serve it at `/metrics` with
-    /// [`telemetry::CONTENT_TYPE`](crate::telemetry::CONTENT_TYPE). Fails with the store's error
-    /// if the gauges cannot be read.
+    /// [`telemetry::CONTENT_TYPE`](crate::telemetry::CONTENT_TYPE).
+    ///
+    /// A store that cannot be read (down, or slower than
+    /// [`GAUGE_READ_LIMIT`](crate::telemetry::GAUGE_READ_LIMIT)) does not fail the scrape: it
+    /// shows `store_up 0`, the store gauges keep their last values, and the counters are
+    /// served as ever. It fails only if the text cannot be made.
     #[cfg(feature = "metrics")]
     pub async fn metrics_text(&self) -> Result<String> {
         let d = self.dispatcher();
         let telemetry = d.telemetry();
         let now = d.clock().now();
-        let store = match telemetry.cached_gauges(now) {
-            Some(g) => g,
+        let (store, store_up) = match telemetry.cached_gauges(now) {
+            Some(cached) => cached,
             None => {
-                let g = d.store().gauges(now).await?;
-                telemetry.keep_gauges(now, g.clone());
-                g
+                let read =
+                    tokio::time::timeout(crate::telemetry::GAUGE_READ_LIMIT, d.store().gauges(now))
+                        .await;
+                match read {
+                    Ok(Ok(g)) => {
+                        telemetry.keep_gauges(now, g.clone());
+                        (g, true)
+                    }
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "metrics: the store's gauges could not be read");
+                        (telemetry.keep_failure(now), false)
+                    }
+                    Err(_) => {
+                        tracing::warn!(
+                            limit = ?crate::telemetry::GAUGE_READ_LIMIT,
+                            "metrics: reading the store's gauges took too long"
+                        );
+                        (telemetry.keep_failure(now), false)
+                    }
+                }
             }
         };
         let breakers = d
@@ -392,6 +413,7 @@ impl EventBus {
             .map_err(|e| Error::Internal(format!("reading process stats failed: {e}")))?;
         telemetry.encode(&crate::telemetry::ScrapeInput {
             store,
+            store_up,
             now,
             breakers,
             process,

@@ -277,8 +277,9 @@ pub struct Death {
     pub attempts: u32,
     /// Every error of this round.
     pub errors: Vec<String>,
-    /// The `system.dead_letter` event to publish with the record (none for `system.*`
-    /// events: no cascade).
+    /// The `system.dead_letter` event to publish with the record if the record is new (none
+    /// for `system.*` events: no cascade). A later round of the same record announces
+    /// nothing.
     pub announcement: Option<NewEvent>,
     /// The auto-retry schedule in force.
     pub policy: DeadLetterPolicy,

@@ -19,6 +19,7 @@ pub async fn store_metrics_text(store: &Arc<dyn Store>, config: &MetricsConfig) 
     let gauges = store.gauges(now).await?;
     telemetry.encode(&ScrapeInput {
         store: gauges,
+        store_up: true,
         now,
         breakers: Vec::new(),
         process: crate::telemetry::ProcessStats::default(),

@@ -55,6 +55,7 @@ struct Gauges {
     pool: Family<One, Gauge>,
     wal_bytes: Gauge,
     live_workers: Gauge,
+    store_up: Gauge,
 }
 
 /// What this process counts, and the process gauges.
@@ -136,6 +137,12 @@ impl Families {
             "oldest_pending_dead_letter_age_seconds",
             "Age of the oldest pending dead letter (0: none)",
             gauges.oldest_dead_letter_age.clone(),
+        );
+        registry.register(
+            "store_up",
+            "1 if the last read of the store's gauges succeeded, 0 if the store could not be \
+             read (the other store gauges then keep their last values)",
+            gauges.store_up.clone(),
         );
         match kind {
             StoreKind::Postgres => {
@@ -304,6 +311,7 @@ impl Families {
         let g = &self.gauges;
         let s = &input.store;
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        g.store_up.set(i64::from(input.store_up));
         g.events
             .get_or_create(&one("status", "pending"))
             .set(int(s.pending));

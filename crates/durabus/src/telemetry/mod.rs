@@ -88,6 +88,9 @@ pub fn breaker_state_value(state: crate::breaker::BreakerState) -> i64 {
 pub struct ScrapeInput {
     /// The store's gauges (cached by the caller), and the time they are aged against.
     pub store: StoreGauges,
+    /// Whether `store` is a fresh read: `false` when the store could not be read and `store`
+    /// holds the last values read (or zeros).
+    pub store_up: bool,
     /// The scrape time (the bus clock), in ms.
     pub now: crate::clock::Timestamp,
     /// Each subscription's breaker state value (see [`breaker_state_value`]).
@@ -104,8 +107,8 @@ pub struct Telemetry {
     #[cfg(feature = "metrics")]
     families: families::Families,
     created: std::time::Instant,
-    /// The store gauges of the last refresh, and when (bus clock).
-    cache: std::sync::Mutex<Option<(crate::clock::Timestamp, StoreGauges)>>,
+    /// The store gauges of the last refresh, when (bus clock), and whether it read the store.
+    cache: std::sync::Mutex<Option<(crate::clock::Timestamp, StoreGauges, bool)>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -145,16 +148,26 @@ impl Telemetry {
     }
 
     /// The cached store gauges, if refreshed less than `gauge_refresh` before `now`.
-    pub fn cached_gauges(&self, now: crate::clock::Timestamp) -> Option<StoreGauges> {
+    pub fn cached_gauges(&self, now: crate::clock::Timestamp) -> Option<(StoreGauges, bool)> {
         let cache = crate::sync::lock(&self.cache);
-        let (at, g) = cache.as_ref()?;
+        let (at, g, up) = cache.as_ref()?;
         let age = u64::try_from(now.as_millis() - at.as_millis()).ok()?;
-        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| g.clone())
+        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| (g.clone(), *up))
     }
 
     /// Keeps `gauges`, read at `now`, for the next scrapes.
     pub fn keep_gauges(&self, now: crate::clock::Timestamp, gauges: StoreGauges) {
-        *crate::sync::lock(&self.cache) = Some((now, gauges));
+        *crate::sync::lock(&self.cache) = Some((now, gauges, true));
+    }
+
+    /// Records that the store could not be read at `now`: the next scrapes (until the next
+    /// refresh is due) show the store down, with the last gauges read (zeros if none was).
+    /// Returns those gauges.
+    pub fn keep_failure(&self, now: crate::clock::Timestamp) -> StoreGauges {
+        let mut cache = crate::sync::lock(&self.cache);
+        let last = cache.take().map(|(_, g, _)| g).unwrap_or_default();
+        *cache = Some((now, last.clone(), false));
+        last
     }
 
     /// The settings.
@@ -248,6 +261,11 @@ impl Telemetry {
         self.families.encode(input)
     }
 }
+
+/// How long a scrape waits for the store's gauges before it reports the store down
+/// (`store_up 0`) with the last values read: less than Prometheus's default scrape timeout
+/// (10 s), so a store that hangs does not take the counters down with it.
+pub const GAUGE_READ_LIMIT: Duration = Duration::from_secs(5);
 
 /// The content type of the text `Telemetry::encode` makes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -278,6 +278,17 @@ pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
     })
     .await;
     assert_eq!(d.next_auto_retry_at, None, "manual only from here");
+    // Announced once, when the record was created: the failed rounds announce nothing more.
+    let announced = bus
+        .history()
+        .list(EventQuery {
+            event_type: Some("system.dead_letter".into()),
+            ..EventQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(announced.len(), 1, "{announced:?}");
+    assert_eq!(announced[0].payload_value()["event_id"], id.to_string());
     wait_auto_retry_ended(&bus, d.last_retry_at.unwrap()).await;
     // Days later, still nothing.
     h.advance(Duration::from_secs(3 * 86_400));

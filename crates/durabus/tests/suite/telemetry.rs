@@ -293,6 +293,41 @@ pub async fn gauges_come_from_the_store_and_are_cached(h: &Harness) {
     bus.shutdown().await.unwrap();
 }
 
+pub async fn a_store_that_cannot_be_read_shows_down_and_the_counters_stay(h: &Harness) {
+    let bus = h.bus().await;
+    for i in 0..2u64 {
+        bus.enqueue("u.wait", &i).await.unwrap();
+    }
+    let s = scrape(&bus).await;
+    assert_eq!(num(&s, "durabus_store_up", &[]), 1.0);
+    assert_eq!(num(&s, "durabus_events", &[("status", "pending")]), 2.0);
+    // The store goes away: the next refresh cannot read it. The scrape still answers: the
+    // store is down, its gauges keep their last values, the counters are all there.
+    bus.store().close().await.unwrap();
+    h.advance(Duration::from_secs(16));
+    let down = parse(
+        &bus.metrics_text()
+            .await
+            .expect("a store that cannot be read must not fail the scrape"),
+    );
+    assert_eq!(num(&down, "durabus_store_up", &[]), 0.0);
+    assert_eq!(num(&down, "durabus_events", &[("status", "pending")]), 2.0);
+    assert_eq!(
+        num(
+            &down,
+            "durabus_events_published_total",
+            &[("type", "u.wait")]
+        ),
+        2.0
+    );
+    assert!(value(&down, "durabus_process_uptime_seconds", &[]).is_some());
+    // Within the refresh interval the failure is cached, as a success would be.
+    h.advance(Duration::from_secs(5));
+    assert_eq!(num(&scrape(&bus).await, "durabus_store_up", &[]), 0.0);
+    // Shutting down a bus whose store is gone may report that; it is not what is tested.
+    let _ = bus.shutdown().await;
+}
+
 pub async fn replays_are_counted(h: &Harness) {
     let bus = h.bus().await;
     let from = bus.clock().now();

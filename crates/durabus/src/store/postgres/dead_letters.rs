@@ -98,8 +98,8 @@ pub(super) fn history_json(history: &[ErrorRound]) -> Result<String> {
 }
 
 /// Writes the record of event `id`, which just died in the caller's transaction: a new record
-/// or a new round of its existing one; its group; the `system.dead_letter` event (its `NOTIFY`
-/// goes out on commit).
+/// or a new round of its existing one; its group; for a new record, the `system.dead_letter`
+/// event (its `NOTIFY` goes out on commit).
 pub(super) async fn write_death(
     conn: &mut PgConnection,
     sql: &PgSql,
@@ -174,7 +174,8 @@ pub(super) async fn write_death(
         .bind(GROUP_TYPES_LISTED as i32)
         .execute(&mut *conn)
         .await?;
-    if let Some(a) = &death.announcement {
+    // Announced when the record is created, not again at each later round.
+    if fresh && let Some(a) = &death.announcement {
         let rows = Rows {
             events: vec![a],
             created: vec![now.as_millis()],

@@ -71,7 +71,7 @@ fn adjust(conn: &Connection, sql: &OpsSql, d: &GroupDelta) -> Result<()> {
 }
 
 /// Writes the record of event `id`, which just died: a new record, or a new round of its
-/// existing one; its group; and the `system.dead_letter` event.
+/// existing one; its group; and, for a new record, the `system.dead_letter` event.
 pub(super) fn write_death(
     conn: &Connection,
     sql: &Sql,
@@ -140,7 +140,8 @@ pub(super) fn write_death(
         death.event_type,
         GROUP_TYPES_LISTED as i64,
     ])?;
-    if let Some(announcement) = &death.announcement {
+    // Announced when the record is created, not again at each later round.
+    if fresh && let Some(announcement) = &death.announcement {
         insert_events(
             conn,
             sql,
