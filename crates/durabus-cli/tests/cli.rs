@@ -322,6 +322,59 @@ fn demo_refuses_a_database_with_other_applications_pending_events() {
     assert_eq!(pending[0]["type"], "invoice.created");
 }
 
+#[test]
+fn the_demo_takes_its_own_announcements_and_leaves_an_applications_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    // A demo database whose last run stopped before its dead letter's announcement was
+    // delivered: the next demo run delivers it.
+    let demo_db = dir.path().join("demo.db");
+    assert!(dead_letter_left_announced(&demo_db, "order.paid"));
+    assert!(
+        durabus(&demo_db, &["demo", "--json", "--orders", "1"])
+            .status
+            .success()
+    );
+    let pending = json(&durabus(
+        &demo_db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(pending.as_array().unwrap().len(), 0, "{pending}");
+    // An application's database whose only waiting event is the announcement of its own dead
+    // letter (its pager has not run yet): the demo must not deliver that for it.
+    let app_db = dir.path().join("app.db");
+    assert!(dead_letter_left_announced(&app_db, "invoice.created"));
+    let o = durabus(&app_db, &["demo"]);
+    assert_one_line_failure(&o, "types the demo does not handle");
+    let pending = json(&durabus(
+        &app_db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    assert_eq!(pending[0]["type"], "system.dead_letter");
+}
+
+/// Publishes one `event_type` event whose handler fails at once (no retries) on a bus that is
+/// not started: the event is a dead letter and its `system.dead_letter` announcement waits.
+fn dead_letter_left_announced(db: &Path, event_type: &str) -> bool {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let bus = durabus::EventBus::open(db).await.unwrap();
+        bus.subscribe(
+            event_type,
+            |_e: durabus::Event| async { Err("refused".into()) },
+            durabus::SubscribeOptions::default()
+                .retry(durabus::RetryOverride::default().max_retries(0)),
+        )
+        .await
+        .unwrap();
+        let id = bus.publish(event_type, &1).await.unwrap();
+        let dead =
+            bus.store().get_event(id).await.unwrap().unwrap().status == durabus::EventStatus::Dlq;
+        bus.shutdown().await.unwrap();
+        dead
+    })
+}
+
 /// Adds a pending `invoice.created` event through the library, as another application would.
 fn enqueue_foreign_event(db: &Path) -> bool {
     let rt = tokio::runtime::Runtime::new().unwrap();

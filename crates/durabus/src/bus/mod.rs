@@ -371,7 +371,7 @@ impl EventBus {
         let d = self.dispatcher();
         let telemetry = d.telemetry();
         let now = d.clock().now();
-        let (store, store_up) = match telemetry.cached_gauges(now) {
+        let store = match telemetry.cached_gauges(now) {
             Some(cached) => cached,
             None => {
                 let read =
@@ -380,18 +380,22 @@ impl EventBus {
                 match read {
                     Ok(Ok(g)) => {
                         telemetry.keep_gauges(now, g.clone());
-                        (g, true)
+                        crate::telemetry::StoreReading {
+                            gauges: g,
+                            as_of: now,
+                            up: true,
+                        }
                     }
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "metrics: the store's gauges could not be read");
-                        (telemetry.keep_failure(now), false)
+                        telemetry.keep_failure(now)
                     }
                     Err(_) => {
                         tracing::warn!(
                             limit = ?crate::telemetry::GAUGE_READ_LIMIT,
                             "metrics: reading the store's gauges took too long"
                         );
-                        (telemetry.keep_failure(now), false)
+                        telemetry.keep_failure(now)
                     }
                 }
             }
@@ -412,9 +416,9 @@ impl EventBus {
             .await
             .map_err(|e| Error::Internal(format!("reading process stats failed: {e}")))?;
         telemetry.encode(&crate::telemetry::ScrapeInput {
-            store,
-            store_up,
-            now,
+            store: store.gauges,
+            store_up: store.up,
+            now: store.as_of,
             breakers,
             process,
             uptime: telemetry.uptime(),

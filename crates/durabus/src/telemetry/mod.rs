@@ -88,10 +88,12 @@ pub fn breaker_state_value(state: crate::breaker::BreakerState) -> i64 {
 pub struct ScrapeInput {
     /// The store's gauges (cached by the caller), and the time they are aged against.
     pub store: StoreGauges,
-    /// Whether `store` is a fresh read: `false` when the store could not be read and `store`
-    /// holds the last values read (or zeros).
+    /// Whether the last read of the store succeeded: `false` when the store could not be read,
+    /// `store` holding the last values read (or zeros) and `now` the time they were read at,
+    /// so their ages do not grow while nothing is known.
     pub store_up: bool,
-    /// The scrape time (the bus clock), in ms.
+    /// The time the store gauges' ages are counted to (the bus clock): the scrape's, or, when
+    /// the store is down, the last successful read's.
     pub now: crate::clock::Timestamp,
     /// Each subscription's breaker state value (see [`breaker_state_value`]).
     pub breakers: Vec<(String, i64)>,
@@ -101,14 +103,40 @@ pub struct ScrapeInput {
     pub uptime: Duration,
 }
 
+/// The outcome of the last refresh of the store gauges.
+#[derive(Debug, Clone)]
+struct Cached {
+    /// When it was tried (bus clock).
+    at: crate::clock::Timestamp,
+    /// The gauges of the last successful read (zeros if none succeeded).
+    gauges: StoreGauges,
+    /// When they were read (bus clock).
+    read_at: crate::clock::Timestamp,
+    /// Whether this refresh read the store.
+    up: bool,
+}
+
+/// What a scrape shows of the store: its gauges, the time to age them against, and whether
+/// the store could be read (see [`ScrapeInput::store_up`]).
+#[derive(Debug, Clone)]
+pub struct StoreReading {
+    /// The gauges.
+    pub gauges: StoreGauges,
+    /// The time their ages are counted to: the scrape's for a successful read, the last
+    /// successful read's when the store is down.
+    pub as_of: crate::clock::Timestamp,
+    /// Whether the store could be read.
+    pub up: bool,
+}
+
 /// The metrics of one bus (or, for the CLI, of one database: gauges only).
 pub struct Telemetry {
     config: MetricsConfig,
     #[cfg(feature = "metrics")]
     families: families::Families,
     created: std::time::Instant,
-    /// The store gauges of the last refresh, when (bus clock), and whether it read the store.
-    cache: std::sync::Mutex<Option<(crate::clock::Timestamp, StoreGauges, bool)>>,
+    /// The store gauges of the last refresh.
+    cache: std::sync::Mutex<Option<Cached>>,
 }
 
 impl std::fmt::Debug for Telemetry {
@@ -148,26 +176,58 @@ impl Telemetry {
     }
 
     /// The cached store gauges, if refreshed less than `gauge_refresh` before `now`.
-    pub fn cached_gauges(&self, now: crate::clock::Timestamp) -> Option<(StoreGauges, bool)> {
+    pub fn cached_gauges(&self, now: crate::clock::Timestamp) -> Option<StoreReading> {
         let cache = crate::sync::lock(&self.cache);
-        let (at, g, up) = cache.as_ref()?;
-        let age = u64::try_from(now.as_millis() - at.as_millis()).ok()?;
-        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| (g.clone(), *up))
+        let c = cache.as_ref()?;
+        let age = u64::try_from(now.as_millis() - c.at.as_millis()).ok()?;
+        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| StoreReading {
+            gauges: c.gauges.clone(),
+            as_of: if c.up { now } else { c.read_at },
+            up: c.up,
+        })
     }
 
     /// Keeps `gauges`, read at `now`, for the next scrapes.
     pub fn keep_gauges(&self, now: crate::clock::Timestamp, gauges: StoreGauges) {
-        *crate::sync::lock(&self.cache) = Some((now, gauges, true));
+        *crate::sync::lock(&self.cache) = Some(Cached {
+            at: now,
+            gauges,
+            read_at: now,
+            up: true,
+        });
     }
 
-    /// Records that the store could not be read at `now`: the next scrapes (until the next
-    /// refresh is due) show the store down, with the last gauges read (zeros if none was).
-    /// Returns those gauges.
-    pub fn keep_failure(&self, now: crate::clock::Timestamp) -> StoreGauges {
+    /// Records that the store could not be read by a refresh started at `now`: the next
+    /// scrapes (until the next refresh is due) show the store down, with the last gauges read
+    /// (zeros if none was), aged to when they were read. A refresh that another scrape made
+    /// after `now` (while this one waited) is kept, not overwritten. Returns what to show.
+    pub fn keep_failure(&self, now: crate::clock::Timestamp) -> StoreReading {
         let mut cache = crate::sync::lock(&self.cache);
-        let last = cache.take().map(|(_, g, _)| g).unwrap_or_default();
-        *cache = Some((now, last.clone(), false));
-        last
+        let kept = match cache.take() {
+            Some(newer) if newer.at > now => newer,
+            last => {
+                let (gauges, read_at) = last
+                    .map(|c| (c.gauges, c.read_at))
+                    .unwrap_or((StoreGauges::default(), now));
+                Cached {
+                    at: now,
+                    gauges,
+                    read_at,
+                    up: false,
+                }
+            }
+        };
+        let reading = StoreReading {
+            gauges: kept.gauges.clone(),
+            as_of: if kept.up {
+                now.max(kept.read_at)
+            } else {
+                kept.read_at
+            },
+            up: kept.up,
+        };
+        *cache = Some(kept);
+        reading
     }
 
     /// The settings.
@@ -288,3 +348,49 @@ pub const PROCESSING_BUCKETS: [f64; 16] = [
     0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0, 3600.0, 21600.0,
     86400.0,
 ];
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::clock::Timestamp;
+
+    fn holding(pending: u64) -> StoreGauges {
+        StoreGauges {
+            pending,
+            ..StoreGauges::default()
+        }
+    }
+
+    #[test]
+    fn a_failed_refresh_keeps_the_last_reading_and_its_time() {
+        let t = Telemetry::gauges_only(MetricsConfig::default(), StoreKind::Sqlite);
+        // No reading yet: zeros, aged to the failure itself.
+        let r = t.keep_failure(Timestamp(1_000));
+        assert!(!r.up);
+        assert_eq!((r.gauges.pending, r.as_of), (0, Timestamp(1_000)));
+        t.keep_gauges(Timestamp(2_000), holding(5));
+        let r = t.keep_failure(Timestamp(30_000));
+        assert!(!r.up);
+        assert_eq!((r.gauges.pending, r.as_of), (5, Timestamp(2_000)));
+        // Cached as a failure, still aged to the last good read.
+        let c = t.cached_gauges(Timestamp(40_000)).unwrap();
+        assert!(!c.up);
+        assert_eq!((c.gauges.pending, c.as_of), (5, Timestamp(2_000)));
+        // Past the refresh interval the cache is stale.
+        assert!(t.cached_gauges(Timestamp(45_000)).is_none());
+    }
+
+    #[test]
+    fn a_slow_failure_does_not_overwrite_a_newer_reading() {
+        let t = Telemetry::gauges_only(MetricsConfig::default(), StoreKind::Sqlite);
+        // A read started at 1 s timed out; meanwhile a scrape at 3 s read the store.
+        t.keep_gauges(Timestamp(3_000), holding(7));
+        let r = t.keep_failure(Timestamp(1_000));
+        assert!(r.up, "the newer reading stands");
+        assert_eq!((r.gauges.pending, r.as_of), (7, Timestamp(3_000)));
+        let c = t.cached_gauges(Timestamp(4_000)).unwrap();
+        assert!(c.up);
+        assert_eq!((c.gauges.pending, c.as_of), (7, Timestamp(4_000)));
+    }
+}

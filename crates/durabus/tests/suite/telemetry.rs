@@ -298,9 +298,11 @@ pub async fn a_store_that_cannot_be_read_shows_down_and_the_counters_stay(h: &Ha
     for i in 0..2u64 {
         bus.enqueue("u.wait", &i).await.unwrap();
     }
+    h.advance(Duration::from_secs(3));
     let s = scrape(&bus).await;
     assert_eq!(num(&s, "durabus_store_up", &[]), 1.0);
     assert_eq!(num(&s, "durabus_events", &[("status", "pending")]), 2.0);
+    assert_eq!(num(&s, "durabus_oldest_due_event_age_seconds", &[]), 3.0);
     // The store goes away: the next refresh cannot read it. The scrape still answers: the
     // store is down, its gauges keep their last values, the counters are all there.
     bus.store().close().await.unwrap();
@@ -312,6 +314,9 @@ pub async fn a_store_that_cannot_be_read_shows_down_and_the_counters_stay(h: &Ha
     );
     assert_eq!(num(&down, "durabus_store_up", &[]), 0.0);
     assert_eq!(num(&down, "durabus_events", &[("status", "pending")]), 2.0);
+    // Ages are as of the last read: they do not grow on what is no longer known (an age
+    // alert must not fire on a guess while the store is down).
+    assert_eq!(num(&down, "durabus_oldest_due_event_age_seconds", &[]), 3.0);
     assert_eq!(
         num(
             &down,

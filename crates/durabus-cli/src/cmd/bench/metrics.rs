@@ -43,6 +43,10 @@ pub async fn scrape(b: &Bench, history: u64, dead: u64, runs: usize) -> anyhow::
                 text.contains("durabus_dead_letters{status=\"pending\"}"),
                 "no dead-letter gauge in the scrape"
             );
+            anyhow::ensure!(
+                text.contains("durabus_store_up 1"),
+                "the scrape could not read the store: a failed read is not what is timed"
+            );
         }
         bus.shutdown().await?;
         anyhow::Ok(median(times))

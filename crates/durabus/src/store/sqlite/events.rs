@@ -246,7 +246,9 @@ impl WriteOp for Record {
     }
 
     fn wakes(&self, applied: &Vec<bool>) -> bool {
-        // A retry scheduled, or a dead letter announced with a `system.dead_letter` event.
+        // A retry scheduled, or a death that may have announced a new dead letter with a
+        // `system.dead_letter` event (a later round of a record announces nothing, and the
+        // wake finds nothing new: harmless).
         self.0.iter().zip(applied).any(|(o, ok)| {
             *ok && match o {
                 Outcome::Retry { .. } => true,
