@@ -122,6 +122,17 @@ pub async fn wait_auto_retry_ended(bus: &EventBus, tick: Timestamp) {
     }
 }
 
+/// Every `system.dead_letter` event stored, whatever its status.
+pub async fn announcements(bus: &EventBus) -> Vec<Event> {
+    bus.history()
+        .list(EventQuery {
+            event_type: Some("system.dead_letter".into()),
+            ..EventQuery::default()
+        })
+        .await
+        .unwrap()
+}
+
 pub async fn a_dead_letter_gets_a_record_and_is_announced(h: &Harness) {
     let bus = paying_bus(h, Arc::new(AtomicBool::new(false))).await;
     let seen = Seen::default();
@@ -163,14 +174,7 @@ pub async fn a_dead_letter_gets_a_record_and_is_announced(h: &Harness) {
     assert_eq!(d.fingerprint.len(), 16);
     assert!(d.seq > 0);
     // Announced in the same transaction, and delivered like any event.
-    let announced = bus
-        .history()
-        .list(EventQuery {
-            event_type: Some("system.dead_letter".into()),
-            ..EventQuery::default()
-        })
-        .await
-        .unwrap();
+    let announced = announcements(&bus).await;
     assert_eq!(announced.len(), 1);
     let payload = announced[0].payload_value();
     assert_eq!(payload["event_id"], id.to_string());
@@ -279,14 +283,7 @@ pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
     .await;
     assert_eq!(d.next_auto_retry_at, None, "manual only from here");
     // Announced once, when the record was created: the failed rounds announce nothing more.
-    let announced = bus
-        .history()
-        .list(EventQuery {
-            event_type: Some("system.dead_letter".into()),
-            ..EventQuery::default()
-        })
-        .await
-        .unwrap();
+    let announced = announcements(&bus).await;
     assert_eq!(announced.len(), 1, "{announced:?}");
     assert_eq!(announced[0].payload_value()["event_id"], id.to_string());
     wait_auto_retry_ended(&bus, d.last_retry_at.unwrap()).await;
@@ -446,15 +443,7 @@ pub async fn a_failing_system_handler_makes_no_cascade(h: &Harness) {
     // And it announces nothing: still one system.dead_letter event, after more time too.
     h.advance(Duration::from_secs(60));
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let announcements = bus
-        .history()
-        .list(EventQuery {
-            event_type: Some("system.dead_letter".into()),
-            ..EventQuery::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(announcements.len(), 1, "no cascade");
+    assert_eq!(announcements(&bus).await.len(), 1, "no cascade");
     bus.shutdown().await.unwrap();
 }
 
