@@ -94,21 +94,25 @@ pub async fn wait_record(
     }
 }
 
+/// The auto-retry job as the bus's scheduler lists it.
+pub async fn auto_retry_job(bus: &EventBus) -> durabus::ops::JobInfo {
+    bus.scheduler()
+        .unwrap()
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|j| j.name == "dead-letter-auto-retry")
+        .unwrap()
+}
+
 /// Waits until the auto-retry job has recorded the end of its run for `tick` or a later one
 /// (at most 10 s of real time). Its dead letters show the run's work before the run ends; a
 /// clock moved before then is time that passed while the job ran, whose ticks are skipped.
 pub async fn wait_auto_retry_ended(bus: &EventBus, tick: Timestamp) {
-    let scheduler = bus.scheduler().unwrap();
     let start = std::time::Instant::now();
     loop {
-        let job = scheduler
-            .jobs()
-            .await
-            .unwrap()
-            .into_iter()
-            .find(|j| j.name == "dead-letter-auto-retry")
-            .unwrap();
-        if let Some(row) = job.last
+        if let Some(row) = auto_retry_job(bus).await.last
             && row.last_tick >= Some(tick)
             && row.running_by.is_none()
         {
@@ -307,16 +311,7 @@ pub async fn the_auto_retry_schedule_runs_1h_6h_24h_then_manual(h: &Harness) {
     assert_eq!(d.resolved_by.as_deref(), Some("ann"));
     assert_eq!(d.error_history.len(), 4, "the history stays");
     assert_eq!(get(&bus, id).await.status, EventStatus::Done);
-    let job = bus
-        .scheduler()
-        .unwrap()
-        .jobs()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|j| j.name == "dead-letter-auto-retry")
-        .unwrap();
-    assert!(job.last.unwrap().runs >= 3);
+    assert!(auto_retry_job(&bus).await.last.unwrap().runs >= 3);
     bus.shutdown().await.unwrap();
 }
 
