@@ -378,14 +378,7 @@ impl EventBus {
                     tokio::time::timeout(crate::telemetry::GAUGE_READ_LIMIT, d.store().gauges(now))
                         .await;
                 match read {
-                    Ok(Ok(g)) => {
-                        telemetry.keep_gauges(now, g.clone());
-                        crate::telemetry::StoreReading {
-                            gauges: g,
-                            as_of: now,
-                            up: true,
-                        }
-                    }
+                    Ok(Ok(g)) => telemetry.keep_gauges(now, g),
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "metrics: the store's gauges could not be read");
                         telemetry.keep_failure(now)

@@ -116,6 +116,22 @@ struct Cached {
     up: bool,
 }
 
+impl Cached {
+    /// What a scrape at `now` shows of it: a good reading aged to the scrape, a failed one to
+    /// when its gauges were last read.
+    fn reading(&self, now: crate::clock::Timestamp) -> StoreReading {
+        StoreReading {
+            gauges: self.gauges.clone(),
+            as_of: if self.up {
+                now.max(self.read_at)
+            } else {
+                self.read_at
+            },
+            up: self.up,
+        }
+    }
+}
+
 /// What a scrape shows of the store: its gauges, the time to age them against, and whether
 /// the store could be read (see [`ScrapeInput::store_up`]).
 #[derive(Debug, Clone)]
@@ -180,21 +196,20 @@ impl Telemetry {
         let cache = crate::sync::lock(&self.cache);
         let c = cache.as_ref()?;
         let age = u64::try_from(now.as_millis() - c.at.as_millis()).ok()?;
-        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| StoreReading {
-            gauges: c.gauges.clone(),
-            as_of: if c.up { now } else { c.read_at },
-            up: c.up,
-        })
+        (u128::from(age) < self.config.gauge_refresh.as_millis()).then(|| c.reading(now))
     }
 
-    /// Keeps `gauges`, read at `now`, for the next scrapes.
-    pub fn keep_gauges(&self, now: crate::clock::Timestamp, gauges: StoreGauges) {
-        *crate::sync::lock(&self.cache) = Some(Cached {
+    /// Keeps `gauges`, read at `now`, for the next scrapes. Returns what to show.
+    pub fn keep_gauges(&self, now: crate::clock::Timestamp, gauges: StoreGauges) -> StoreReading {
+        let kept = Cached {
             at: now,
             gauges,
             read_at: now,
             up: true,
-        });
+        };
+        let reading = kept.reading(now);
+        *crate::sync::lock(&self.cache) = Some(kept);
+        reading
     }
 
     /// Records that the store could not be read by a refresh started at `now`: the next
@@ -217,15 +232,7 @@ impl Telemetry {
                 }
             }
         };
-        let reading = StoreReading {
-            gauges: kept.gauges.clone(),
-            as_of: if kept.up {
-                now.max(kept.read_at)
-            } else {
-                kept.read_at
-            },
-            up: kept.up,
-        };
+        let reading = kept.reading(now);
         *cache = Some(kept);
         reading
     }
