@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use durabus::ops::ConfigInput;
+use durabus::ConfigInput;
 use durabus::{Actor, ActorKind, Event, EventBus, RetryOverride, SubscribeOptions};
 
 /// Delivered events.

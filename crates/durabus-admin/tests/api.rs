@@ -702,7 +702,10 @@ async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
     api.dead_payments("pay.card", 2).await;
     let (s, jobs) = api.get("/api/v2/jobs").await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(jobs.as_array().unwrap().len(), durabus::ops::JOBS.len());
+    assert_eq!(
+        jobs.as_array().unwrap().len(),
+        durabus::scheduler::JOBS.len()
+    );
     let (s, report) = api
         .post("/api/v2/jobs/cleanup-history/run", json!({}))
         .await;

@@ -211,7 +211,7 @@ pub fn event_list(events: &[Event]) {
 }
 
 /// Prints the scheduled jobs.
-pub fn jobs(jobs: &[durabus::ops::JobInfo]) {
+pub fn jobs(jobs: &[durabus::scheduler::JobInfo]) {
     println!(
         "{:<24}  {:<14}  {:<8}  {:<24}  {:<24}  LAST",
         "JOB", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST RUN"

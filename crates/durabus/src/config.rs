@@ -3,12 +3,13 @@
 use std::time::Duration;
 
 use crate::breaker::BreakerConfig;
-use crate::dead_letter::DeadLetterPolicy;
+use crate::dlq::DeadLetterPolicy;
 use crate::error::{Error, Result};
 #[allow(unused_imports)]
 use crate::hook::ErrorHook;
-use crate::ops::SchedulerConfig;
 use crate::retry::RetryPolicy;
+use crate::scheduler::SchedulerConfig;
+pub use crate::telemetry::MetricsConfig;
 
 /// Settings of an [`EventBus`](crate::EventBus).
 #[derive(Debug, Clone)]
@@ -69,48 +70,6 @@ pub struct BusConfig {
     /// Called with every error the bus meets in the background (see [`ErrorHook`]). Defaults
     /// to none: such errors only reach `tracing`.
     pub on_error: crate::hook::ErrorHook,
-}
-
-/// Settings of the Prometheus metrics (see `EventBus::metrics_text`, feature `metrics`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MetricsConfig {
-    /// Put before every metric name: letters, digits and `_`, starting with a letter; a
-    /// trailing `_` is implied. Defaults to `durabus_`.
-    pub prefix: String,
-    /// Longest a scrape serves store gauges (depths, ages) without querying the store again.
-    /// Defaults to 15 s.
-    pub gauge_refresh: Duration,
-}
-
-impl Default for MetricsConfig {
-    fn default() -> Self {
-        MetricsConfig {
-            prefix: "durabus_".into(),
-            gauge_refresh: Duration::from_secs(15),
-        }
-    }
-}
-
-impl MetricsConfig {
-    /// The prefix without its trailing `_` (how the metrics registry wants it).
-    pub fn stem(&self) -> &str {
-        self.prefix.trim_end_matches('_')
-    }
-
-    /// Checks the prefix.
-    pub fn validate(&self) -> Result<()> {
-        let stem = self.stem();
-        let mut chars = stem.chars();
-        let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-        if !ok {
-            return Err(Error::InvalidConfig(format!(
-                "metrics prefix {:?}: letters, digits and _, starting with a letter",
-                self.prefix
-            )));
-        }
-        Ok(())
-    }
 }
 
 impl Default for BusConfig {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::error::{Error, Result};
 use crate::event::Event;
-use crate::ops::payloads::ConfigSource;
+use crate::payload::ConfigSource;
 use crate::store::{EventQuery, Store};
 
 /// Replaces payloads in `events` with what operators may see.

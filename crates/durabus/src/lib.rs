@@ -82,11 +82,11 @@ macro_rules! fail_point {
 }
 pub(crate) use fail_point;
 
+pub mod actor;
 pub mod breaker;
 mod bus;
 pub mod clock;
 pub mod config;
-pub mod dead_letter;
 mod dispatch;
 pub mod dlq;
 pub mod error;
@@ -96,16 +96,16 @@ pub mod event;
 pub mod fault;
 pub mod handler;
 pub mod history;
+mod holder;
 pub mod hook;
-pub mod metrics;
 pub mod operation;
-pub mod ops;
 #[cfg(feature = "sqlite")]
 pub mod outbox;
 pub mod pattern;
 pub mod payload;
 pub mod replay;
 pub mod retry;
+pub mod scheduler;
 mod shutdown;
 pub mod stats;
 pub mod store;
@@ -114,37 +114,32 @@ pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
+pub use actor::{Actor, ActorKind};
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use config::{BusConfig, MetricsConfig};
-pub use dead_letter::{
-    Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPolicy,
-    DeadLetterStatus, DeadLetterSummary, Keyset,
-};
 pub use dlq::{
-    BulkRequest, DeadLetterPage, DeadLetterSummaryPage, DeadLetters, DlqInspector, Page, Preview,
+    Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
+    DeadLetterPolicy, DeadLetterStatus, DeadLetterSummary, DeadLetterSummaryPage, DeadLetters,
+    DlqInspector, Keyset, Page, Preview,
 };
 pub use error::{Error, ErrorKind, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use history::History;
 pub use hook::{BusError, ErrorHook, ErrorSource};
-pub use metrics::{MetricsSnapshot, TypeMetrics};
-pub use operation::{OPERATION_KINDS, Operation, OperationStatus};
-pub use ops::{
-    ConfigInput, JobConfig, Operations, Payloads, ReplayHooks, Replays, RunOptions, Scheduler,
-    SchedulerConfig,
-};
+pub use operation::{OPERATION_KINDS, Operation, OperationStatus, Operations, RunOptions};
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
-pub use payload::{PayloadConfig, Snapshot};
-pub use replay::{ReplayRequest, ReplayResult, ReplaySelection};
+pub use payload::{ConfigInput, PayloadConfig, Payloads, Snapshot};
+pub use replay::{ReplayHooks, ReplayRequest, ReplayResult, ReplaySelection, Replays};
 pub use retry::{RetryOverride, RetryPolicy};
 /// The `rusqlite` durabus links, for applications that write events in their own SQLite
 /// transactions through an [`Outbox`].
 #[cfg(feature = "sqlite")]
 pub use rusqlite;
+pub use scheduler::{JobConfig, Scheduler, SchedulerConfig};
 /// The `sqlx` durabus links, for applications that publish inside their own PostgreSQL
 /// transactions through a [`PgOutbox`].
 #[cfg(feature = "postgres")]
@@ -159,6 +154,7 @@ pub use store::{
     OperationStore, Outcome, QueryStore, RetryCount, StatusCount, Store, StoreLifecycle,
     SubscriptionRow, SubscriptionStore,
 };
+pub use telemetry::{MetricsSnapshot, TypeMetrics};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -1,5 +1,5 @@
 //! What the database can tell about its events: counts by status and type, the distribution of
-//! retry counts, and the dead-letter rate per type. Unlike [`metrics`](crate::metrics), these
+//! retry counts, and the dead-letter rate per type. Unlike [`MetricsSnapshot`](crate::MetricsSnapshot), these
 //! survive restarts and see every process's work.
 
 use std::collections::BTreeMap;

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::bus::{BusBuilder, EventBus};
 use crate::clock::{Clock, ManualClock};
-use crate::dead_letter::DeadLetter;
+use crate::dlq::DeadLetter;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus};
 use crate::store::EventQuery;

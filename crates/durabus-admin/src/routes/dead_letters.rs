@@ -163,7 +163,7 @@ pub(crate) async fn list(
     };
     let page = Keyset {
         before: q.before,
-        limit: limit(q.limit, 50, durabus::dead_letter::MAX_PAGE)?,
+        limit: limit(q.limit, 50, durabus::dlq::MAX_PAGE)?,
     };
     Ok(axum::Json(
         state

@@ -2,7 +2,7 @@
 //! (the maintenance jobs: list, run now).
 
 use axum::extract::State;
-use durabus::ops::{JobInfo, JobReport};
+use durabus::scheduler::{JobInfo, JobReport};
 use durabus::{Operation, OperationStatus};
 use serde::Deserialize;
 use utoipa::IntoParams;

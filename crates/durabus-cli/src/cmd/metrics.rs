@@ -16,7 +16,7 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
         prefix: args.prefix,
         ..MetricsConfig::default()
     };
-    let text = durabus::ops::store_metrics_text(&store, &config).await;
+    let text = durabus::telemetry::store_metrics_text(&store, &config).await;
     store.close().await?;
     print!("{}", text?);
     Ok(())

@@ -56,7 +56,7 @@ impl EventBus {
             life.supervisor.spawn("payload-configs", move |mut shutdown| async move {
                 loop {
                     tokio::select! {
-                        _ = tokio::time::sleep(crate::ops::payloads::CONFIG_REFRESH) => {}
+                        _ = tokio::time::sleep(crate::payload::CONFIG_REFRESH) => {}
                         _ = shutdown.recv() => return,
                     }
                     if let Err(e) = payloads.reload().await {

@@ -21,13 +21,13 @@ use crate::dispatch::registry::Entry;
 use crate::dlq::DlqInspector;
 use crate::error::{Error, Result};
 use crate::handler::{Handler, SubscribeOptions, Subscription};
-use crate::metrics::MetricsSnapshot;
-use crate::ops::payloads::ConfigSource;
 use crate::pattern::Pattern;
+use crate::payload::ConfigSource;
 use crate::shutdown::Supervisor;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::store::Backend;
 use crate::store::{Store, SubscriptionRow};
+use crate::telemetry::MetricsSnapshot;
 
 /// A subscription id (a UUID string).
 pub type SubscriptionId = String;

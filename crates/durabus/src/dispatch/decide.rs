@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::dead_letter::{DeadLetterPolicy, Death};
+use crate::dlq::{DeadLetterPolicy, Death};
 use crate::event::{Event, EventId};
-use crate::metrics::Pass;
 use crate::retry::{RetryPolicy, jitter};
 use crate::store::Outcome;
+use crate::telemetry::Pass;
 
 /// The subscription id logged for failures reported through `finalize` (an own loop has no
 /// subscription that ran).

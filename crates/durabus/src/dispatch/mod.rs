@@ -28,10 +28,10 @@ use crate::clock::{Clock, Timestamp};
 use crate::config::BusConfig;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId};
-use crate::metrics::RetryMetrics;
 use crate::payload::{ConfigCache, NewSnapshot, STAGE_ERROR, error_text, snapshot};
 use crate::retry::RetryPolicy;
 use crate::store::{Outcome, Store};
+use crate::telemetry::RetryMetrics;
 use crate::telemetry::{StoreCall, Telemetry};
 
 /// An attempt's outcome and the `error` snapshot of its failure, if one is taken.
@@ -62,7 +62,7 @@ impl Dispatcher {
         payloads: Arc<ConfigCache>,
     ) -> Dispatcher {
         let metrics = Arc::new(RetryMetrics::default());
-        let kind = store.backend().telemetry_kind();
+        let kind = crate::telemetry::StoreKind::of(&store.backend());
         let telemetry = Arc::new(Telemetry::new(config.metrics.clone(), kind));
         Dispatcher {
             store,

@@ -2,7 +2,7 @@
 //! one at the same points, whichever path ended the attempt (a worker, an inline publish, an own
 //! loop's `finalize`).
 
-use crate::metrics::{Pass, RetryMetrics};
+use crate::telemetry::{Pass, RetryMetrics};
 
 /// Told about the dispatcher's work. Calls are made on the dispatching task: keep them cheap
 /// and never block.

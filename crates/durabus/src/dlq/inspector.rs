@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
-use crate::dead_letter::{Action, Actor, ActorKind};
+use crate::dlq::{Action, Actor, ActorKind};
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus};
 use crate::history::redact_events;
-use crate::ops::payloads::ConfigSource;
+use crate::payload::ConfigSource;
 use crate::store::{EventQuery, Store};
 
 /// Lists, retries and purges dead events.

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, SystemClock};
-use crate::dead_letter::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
+use crate::dlq::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::{Error, Result};
 use crate::event::EventId;
 use crate::operation::{NewOperation, Operation};
-use crate::ops::payloads::ConfigSource;
+use crate::payload::ConfigSource;
 use crate::store::Store;
 
 /// Records shown with a preview.
@@ -31,7 +31,7 @@ pub struct DeadLetterPage {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetterSummaryPage {
     /// The records, newest first, without payloads and error histories.
-    pub items: Vec<crate::dead_letter::DeadLetterSummary>,
+    pub items: Vec<crate::dlq::DeadLetterSummary>,
     /// Pass as [`Keyset::before`] for the next page; `None` on the last page.
     pub next: Option<i64>,
 }
@@ -275,7 +275,7 @@ impl DeadLetters {
 
     /// Submits a bulk action as a durable operation, `pending`: its selection is frozen now
     /// (records that die later are not in it). Run it with
-    /// [`Operations::run`](crate::ops::Operations::run) (a started bus runs submitted
+    /// [`Operations::run`](crate::Operations::run) (a started bus runs submitted
     /// operations itself). Fails with [`Error::InvalidConfig`] for a bad request, an empty
     /// filter without `all`, or a resolve without a note.
     pub async fn submit(&self, request: &BulkRequest, actor: &Actor) -> Result<Operation> {

@@ -9,10 +9,18 @@
 //! Configuration resolves per event type: the row for the exact type if there is one, else the
 //! `*` row, else the built-in default (every stage, [`DEFAULT_RETENTION_DAYS`] days, no
 //! redaction).
+//!
+//! [`Payloads`] is the service over a store (snapshots, configuration, soft delete, retention);
+//! [`ConfigSource`] is the configuration every reader redacts with, kept fresh.
 
 pub mod compress;
 pub mod detect;
 pub mod redact;
+mod service;
+mod source;
+
+pub use service::{ConfigInput, Payloads};
+pub use source::{CONFIG_REFRESH, ConfigSource};
 
 use std::sync::{Arc, RwLock};
 

@@ -1,5 +1,5 @@
 //! Replay: what a replay selects, how it is asked for, what it publishes and how it is
-//! paced. Plain data and pure logic; the runner is [`crate::ops::Replays`].
+//! paced. Plain data and pure logic; the service is [`Replays`], the runner `run.rs`.
 //!
 //! A replay walks stored events (any status, completed ones included) that match a
 //! [`ReplaySelection`], frozen at submit: the store's highest position then is the upper bound,
@@ -10,13 +10,18 @@
 //! by the library caller. The original is never changed.
 
 mod limiter;
+mod run;
+mod service;
+
+pub(crate) use run::Run;
+pub use service::{ReplayFilter, ReplayHooks, Replays, SAMPLES};
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::dead_letter::Actor;
+use crate::dlq::Actor;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus, NewEvent};
 use crate::pattern::{Pattern, is_system_type};

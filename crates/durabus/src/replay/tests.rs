@@ -115,7 +115,7 @@ fn a_republished_event_is_new_and_says_what_it_replays() {
 
 #[test]
 fn announcements_are_system_events() {
-    let actor = Actor::new("ops", crate::dead_letter::ActorKind::Cli);
+    let actor = Actor::new("ops", crate::dlq::ActorKind::Cli);
     let sel = ReplaySelection::range(Timestamp(0), None);
     let started = started_event(&ReplayStarted {
         operation: "op",

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, Timestamp};
-use crate::dead_letter::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
+use crate::dlq::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::Result;
 use crate::event::{Event, EventId, NewEvent};
 use crate::operation::{Advance, ChunkReport, NewOperation, Operation, OperationStatus};
@@ -41,8 +41,8 @@ pub mod sqlite;
 mod types;
 
 pub use types::{
-    EventQuery, InsertMode, JobRow, JobStart, MinuteCount, Outcome, Position, RetryCount,
-    StatusCount, SubscriptionRow,
+    EventQuery, InsertMode, JobRow, JobStart, MinuteCount, Outcome, PoolGauges, Position,
+    RetryCount, StatusCount, StoreGauges, SubscriptionRow,
 };
 
 pub(crate) mod sealed {
@@ -231,7 +231,7 @@ pub trait QueryStore: sealed::Sealed + Send + Sync + 'static {
 
     /// The gauges of the metrics (depths and ages), each from an indexed query: cheap enough
     /// for a scrape, never a scan of the event table.
-    async fn gauges(&self, now: Timestamp) -> Result<crate::telemetry::StoreGauges>;
+    async fn gauges(&self, now: Timestamp) -> Result<StoreGauges>;
 
     /// Events delivered and dead-lettered per minute since `since` (rounded down to its
     /// minute), oldest first; minutes in which nothing ended are left out. On PostgreSQL the
@@ -266,7 +266,7 @@ pub trait QueryStore: sealed::Sealed + Send + Sync + 'static {
 /// Dead letters: events whose delivery failed every allowed attempt, each with a record that
 /// carries its lifecycle (see [`crate::dead_letter`]). Records are written by the outcome that
 /// dead-letters an event (in [`EventStore::record_many`]); these methods read them and act on
-/// them, each action in one transaction under the rules of [`crate::dead_letter::apply`].
+/// them, each action in one transaction under the rules of [`crate::dlq::apply`].
 #[async_trait]
 pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
     /// Records matching `filter`, newest first (by position), one keyset page.
@@ -278,7 +278,7 @@ pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
         &self,
         filter: DeadLetterFilter,
         page: Keyset,
-    ) -> Result<Vec<crate::dead_letter::DeadLetterSummary>>;
+    ) -> Result<Vec<crate::dlq::DeadLetterSummary>>;
 
     /// One record by its event's id.
     async fn dlq_get(&self, event_id: EventId) -> Result<Option<DeadLetter>>;
@@ -455,16 +455,6 @@ impl Backend<'_> {
             Backend::Postgres(_) => 500,
             #[allow(unreachable_patterns)]
             _ => 50,
-        }
-    }
-
-    /// Which store the metrics describe (its own gauges differ).
-    pub fn telemetry_kind(&self) -> crate::telemetry::StoreKind {
-        match self {
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => crate::telemetry::StoreKind::Postgres,
-            #[allow(unreachable_patterns)]
-            _ => crate::telemetry::StoreKind::Sqlite,
         }
     }
 }

@@ -1,9 +1,10 @@
 //! The plain data the store traits take and return.
 
 use serde::Serialize;
+use std::time::Duration;
 
 use crate::clock::Timestamp;
-use crate::dead_letter::Death;
+use crate::dlq::Death;
 use crate::event::{EventId, EventStatus};
 
 /// A subscription as stored (the handler itself lives in memory).
@@ -211,4 +212,64 @@ pub struct Position {
     pub at: i64,
     /// The rest (empty where the number says it all).
     pub key: String,
+}
+
+/// Connections of a store's pool (PostgreSQL).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolGauges {
+    /// Open connections not in use.
+    pub idle: u64,
+    /// Open connections in use.
+    pub active: u64,
+    /// The most connections the pool opens.
+    pub max: u64,
+}
+
+/// Depth and age figures of a store, each read by an indexed query (never a scan of the whole
+/// event table: `done` events, the history, are not counted here but by the counters).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StoreGauges {
+    /// Events waiting for delivery (`pending`, due or not).
+    pub pending: u64,
+    /// Events being delivered (`processing`).
+    pub processing: u64,
+    /// The earliest due time of a pending event, if any.
+    pub oldest_due_at: Option<Timestamp>,
+    /// Open dead letters: `pending` (waiting for an operator or the auto retry) and
+    /// `retrying` (sent back, not yet delivered).
+    pub dead_letters_pending: u64,
+    /// Open dead letters that were sent back and are not yet delivered.
+    pub dead_letters_retrying: u64,
+    /// When the oldest `pending` dead letter was created, if any.
+    pub oldest_pending_dead_letter_at: Option<Timestamp>,
+    /// The pool's connections (PostgreSQL; `None` on SQLite).
+    pub pool: Option<PoolGauges>,
+    /// Bytes in the write-ahead log file (SQLite; `None` on PostgreSQL).
+    pub wal_bytes: Option<u64>,
+    /// Distinct workers holding a live lease on an event (PostgreSQL; `None` on SQLite, where
+    /// one process is the only worker).
+    pub live_workers: Option<u64>,
+}
+
+impl StoreGauges {
+    /// Seconds since `at` (0 for a time not yet reached).
+    pub fn age(at: Option<Timestamp>, now: Timestamp) -> f64 {
+        at.map_or(0.0, |t| {
+            Duration::from_millis(u64::try_from(now.as_millis() - t.as_millis()).unwrap_or(0))
+                .as_secs_f64()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_seconds_and_never_negative() {
+        let now = Timestamp(10_000);
+        assert_eq!(StoreGauges::age(Some(Timestamp(7_500)), now), 2.5);
+        assert_eq!(StoreGauges::age(Some(Timestamp(12_000)), now), 0.0);
+        assert_eq!(StoreGauges::age(None, now), 0.0);
+    }
 }

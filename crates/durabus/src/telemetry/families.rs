@@ -12,12 +12,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use super::retry::Pass;
 use super::{
     LATENCY_BUCKETS, PROCESSING_BUCKETS, RunResult, STORE_BUCKETS, ScrapeInput, StoreCall,
     StoreGauges, StoreKind,
 };
 use crate::error::{Error, Result};
-use crate::metrics::Pass;
 use crate::sync::{read, write};
 
 type One = [(&'static str, String); 1];

@@ -5,17 +5,24 @@
 //! exist with the `metrics` feature; without it [`Telemetry`] is kept but records nothing, so
 //! the code that reports to it is the same either way.
 
+mod config;
 mod gauges;
+mod retry;
+#[cfg(feature = "metrics")]
+mod store_text;
 
 #[cfg(feature = "metrics")]
 mod families;
 
-pub use self::gauges::{PoolGauges, ProcessStats, StoreGauges};
+pub use self::config::MetricsConfig;
+pub use self::gauges::ProcessStats;
+pub(crate) use self::retry::Pass;
+pub use self::retry::{MetricsSnapshot, RetryMetrics, TypeMetrics};
+#[cfg(feature = "metrics")]
+pub use self::store_text::store_metrics_text;
+pub use crate::store::{PoolGauges, StoreGauges};
 
 use std::time::Duration;
-
-use crate::config::MetricsConfig;
-use crate::metrics::Pass;
 
 /// How a handler run ended, as the metrics label it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +57,18 @@ pub enum StoreKind {
     Sqlite,
     /// A PostgreSQL schema.
     Postgres,
+}
+
+impl StoreKind {
+    /// Which store `backend` is, as the metrics describe it (its own gauges differ).
+    pub fn of(backend: &crate::store::Backend<'_>) -> StoreKind {
+        match backend {
+            #[cfg(feature = "postgres")]
+            crate::store::Backend::Postgres(_) => StoreKind::Postgres,
+            #[allow(unreachable_patterns)]
+            _ => StoreKind::Sqlite,
+        }
+    }
 }
 
 /// A timed store call (the `operation` label of `db_query_duration_seconds`).

@@ -95,7 +95,7 @@ pub async fn wait_record(
 }
 
 /// The auto-retry job as the bus's scheduler lists it.
-pub async fn auto_retry_job(bus: &EventBus) -> durabus::ops::JobInfo {
+pub async fn auto_retry_job(bus: &EventBus) -> durabus::scheduler::JobInfo {
     bus.scheduler()
         .unwrap()
         .jobs()

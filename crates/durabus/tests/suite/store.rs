@@ -403,8 +403,8 @@ pub async fn release_returns_claimed_events_without_an_attempt(h: &Harness) {
 
 /// What a dead outcome written straight to the store carries: a record, but no
 /// `system.dead_letter` announcement (so event counts stay the test's own).
-pub fn quiet_death(id: durabus::EventId, event_type: &str) -> Box<durabus::dead_letter::Death> {
-    let mut d = durabus::dead_letter::Death::new(
+pub fn quiet_death(id: durabus::EventId, event_type: &str) -> Box<durabus::dlq::Death> {
+    let mut d = durabus::dlq::Death::new(
         id,
         event_type,
         Some("test"),

@@ -18,9 +18,9 @@ const TYPES: u64 = 10;
 const GROUPS: u64 = 100;
 
 /// A death without its `system.dead_letter` announcement (the listings are what is measured).
-fn quiet_death(id: durabus::EventId, event_type: &str, sub: &str) -> durabus::dead_letter::Death {
+fn quiet_death(id: durabus::EventId, event_type: &str, sub: &str) -> durabus::dlq::Death {
     let errors = vec![format!("attempt 4 [{sub}]: benchmark failure"); 4];
-    let mut d = durabus::dead_letter::Death::new(
+    let mut d = durabus::dlq::Death::new(
         id,
         event_type,
         Some(sub),

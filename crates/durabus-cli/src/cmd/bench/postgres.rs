@@ -242,9 +242,7 @@ async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64, sup
     let s = format!("\"{}\"", db.schema);
     let now = durabus::Timestamp::now().as_millis();
     let fingerprints: Vec<String> = (0..100)
-        .map(|k| {
-            durabus::dead_letter::fingerprint::fingerprint(&format!("sub-{k}"), "benchmark failure")
-        })
+        .map(|k| durabus::dlq::fingerprint::fingerprint(&format!("sub-{k}"), "benchmark failure"))
         .collect();
     sqlx::query(AssertSqlSafe(format!(
         "WITH ev AS (

@@ -1,5 +1,5 @@
 //! Acting on dead-letter records on PostgreSQL, set-based: lock and read many records in one
-//! statement, decide each with [`crate::dead_letter::apply`], write the results in a few.
+//! statement, decide each with [`crate::dlq::apply`], write the results in a few.
 
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
@@ -9,8 +9,8 @@ use super::dead_letters::{get, i32_of};
 use super::q;
 use super::sql_ops::PgOpsSql;
 use crate::clock::Timestamp;
-use crate::dead_letter::sum_deltas;
-use crate::dead_letter::{Action, Actor, Change, DeadLetter, State, apply, group_delta};
+use crate::dlq::sum_deltas;
+use crate::dlq::{Action, Actor, Change, DeadLetter, State, apply, group_delta};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventId;
 use crate::store::recovery::requeue;

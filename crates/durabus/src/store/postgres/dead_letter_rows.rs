@@ -5,7 +5,7 @@ use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
 use crate::clock::Timestamp;
-use crate::dead_letter::{DeadLetter, DeadLetterSummary};
+use crate::dlq::{DeadLetter, DeadLetterSummary};
 use crate::error::{Error, Result};
 use crate::event::EventId;
 

@@ -1,6 +1,6 @@
 //! Dead-letter records on PostgreSQL: written in the transaction of the outcome that
 //! dead-letters an event, read, and acted on; each action applies
-//! [`crate::dead_letter::apply`] to the record locked `FOR UPDATE` in one transaction.
+//! [`crate::dlq::apply`] to the record locked `FOR UPDATE` in one transaction.
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use super::sql::PgSql;
 use super::sql_ops::{Arg, PgOpsSql};
 use super::{PgStore, json_list, q, tx};
 use crate::clock::Timestamp;
-use crate::dead_letter::{
+use crate::dlq::{
     Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
     DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
     group_delta, plan_death,

@@ -7,7 +7,7 @@ use sqlx::Row;
 use super::{PgStore, q};
 use crate::clock::Timestamp;
 use crate::error::Result;
-use crate::telemetry::{PoolGauges, StoreGauges};
+use crate::store::{PoolGauges, StoreGauges};
 
 /// The gauge statements of schema `s`, in one round trip (public for the query-plan test);
 /// `$1` is now in ms.

@@ -9,7 +9,7 @@ use sqlx::postgres::PgRow;
 use super::insert::{Notice, Rows, insert_rows};
 use super::{PgStore, q, tx};
 use crate::clock::Timestamp;
-use crate::dead_letter::{Actor, ActorKind};
+use crate::dlq::{Actor, ActorKind};
 use crate::error::{Error, Result};
 use crate::operation::{Advance, NewOperation, Operation, OperationStatus};
 use crate::store::OperationStore;

@@ -88,7 +88,7 @@ impl QueryStore for PgStore {
             .rows_affected())
     }
 
-    async fn gauges(&self, now: Timestamp) -> Result<crate::telemetry::StoreGauges> {
+    async fn gauges(&self, now: Timestamp) -> Result<crate::store::StoreGauges> {
         self.read_gauges(now).await
     }
 

@@ -80,7 +80,7 @@ pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
 /// send old dead letters back on its own).
 async fn backfill_dead_letters(tx: &mut sqlx::PgConnection, quoted: &str) -> Result<()> {
     use crate::clock::Timestamp;
-    use crate::dead_letter::{DeadLetterPolicy, Death, split_error};
+    use crate::dlq::{DeadLetterPolicy, Death, split_error};
     use crate::event::EventId;
 
     let sql = super::sql::PgSql::new(quoted);

@@ -1,7 +1,7 @@
 //! The statements of the operations layer on PostgreSQL: dead-letter records and groups,
 //! durable operations, scheduled jobs. Built once per store for its schema.
 
-use crate::dead_letter::{DeadLetterFilter, Keyset};
+use crate::dlq::{DeadLetterFilter, Keyset};
 
 /// The columns every dead-letter query selects, in the order `dead_letter` reads them.
 pub const DL_COLUMNS: &str = "event_id, seq, event_type, payload::text AS payload, subscription, \

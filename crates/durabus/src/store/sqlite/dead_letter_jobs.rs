@@ -9,7 +9,7 @@ use super::dead_letters::apply_action;
 use super::op::WriteOp;
 use super::sql::Sql;
 use crate::clock::Timestamp;
-use crate::dead_letter::{Action, Actor, ActorKind, DeadLetterFilter};
+use crate::dlq::{Action, Actor, ActorKind, DeadLetterFilter};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventId;
 use crate::operation::{ChunkReport, OperationStatus};

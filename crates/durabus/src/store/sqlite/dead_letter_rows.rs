@@ -4,7 +4,7 @@ use rusqlite::Row;
 
 use super::rows::corrupt;
 use crate::clock::Timestamp;
-use crate::dead_letter::{DeadLetter, DeadLetterStatus, DeadLetterSummary};
+use crate::dlq::{DeadLetter, DeadLetterStatus, DeadLetterSummary};
 use crate::error::Error;
 
 pub(super) fn ts(v: Option<i64>) -> Option<Timestamp> {

@@ -1,5 +1,5 @@
 //! Dead-letter records on SQLite: written with the outcome that dead-letters an event, read,
-//! and acted on, each action applying [`crate::dead_letter::apply`] inside one writer
+//! and acted on, each action applying [`crate::dlq::apply`] inside one writer
 //! transaction.
 
 use std::time::Duration;
@@ -16,7 +16,7 @@ use super::rows::json_list;
 use super::sql::Sql;
 use super::sql_ops::OpsSql;
 use crate::clock::Timestamp;
-use crate::dead_letter::{
+use crate::dlq::{
     Action, Actor, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
     DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
     apply, group_delta, plan_death,

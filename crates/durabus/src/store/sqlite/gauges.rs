@@ -6,7 +6,7 @@ use rusqlite::Connection;
 use super::SqliteStore;
 use crate::clock::Timestamp;
 use crate::error::Result;
-use crate::telemetry::StoreGauges;
+use crate::store::StoreGauges;
 
 /// The gauge statements, in the order the store runs them (public for the query-plan test).
 pub fn statements(p: &str) -> Vec<String> {

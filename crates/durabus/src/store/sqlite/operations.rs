@@ -10,7 +10,7 @@ use super::op::WriteOp;
 use super::rows::corrupt;
 use super::sql::Sql;
 use crate::clock::Timestamp;
-use crate::dead_letter::{Actor, ActorKind};
+use crate::dlq::{Actor, ActorKind};
 use crate::error::{Error, Result};
 use crate::event::EventStatus;
 use crate::operation::{NewOperation, Operation, OperationStatus};

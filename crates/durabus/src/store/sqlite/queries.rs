@@ -118,7 +118,7 @@ impl QueryStore for SqliteStore {
         self.write(PurgeHistory { cutoff, limit }, cutoff).await
     }
 
-    async fn gauges(&self, _now: Timestamp) -> Result<crate::telemetry::StoreGauges> {
+    async fn gauges(&self, _now: Timestamp) -> Result<crate::store::StoreGauges> {
         self.read_gauges().await
     }
 

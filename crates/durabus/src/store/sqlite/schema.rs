@@ -92,7 +92,7 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
 /// send old dead letters back on its own).
 fn backfill_dead_letters(conn: &Connection, sql: &Sql) -> Result<()> {
     use crate::clock::Timestamp;
-    use crate::dead_letter::{DeadLetterPolicy, Death, split_error};
+    use crate::dlq::{DeadLetterPolicy, Death, split_error};
     use crate::event::EventId;
 
     /// id, type, errors, retry count, dead since, last change.

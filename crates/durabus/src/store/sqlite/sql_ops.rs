@@ -2,7 +2,7 @@
 //! operations, scheduled jobs. Built once per store for its table prefix (`{p}`).
 
 use super::sql::fill;
-use crate::dead_letter::{DeadLetterFilter, Keyset};
+use crate::dlq::{DeadLetterFilter, Keyset};
 
 /// The columns every dead-letter query selects, in the order `dead_letter_from_row` reads them.
 pub const DL_COLUMNS: &str = "event_id, seq, event_type, payload, subscription, last_error, causes, \

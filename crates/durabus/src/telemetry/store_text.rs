@@ -3,18 +3,18 @@
 
 use std::sync::Arc;
 
+use super::MetricsConfig;
+use super::{ScrapeInput, Telemetry};
 use crate::clock::{Clock, SystemClock};
-use crate::config::MetricsConfig;
 use crate::error::Result;
 use crate::store::Store;
-use crate::telemetry::{ScrapeInput, Telemetry};
 
 /// The Prometheus text of `store`'s gauges (depths, ages, and the store's own: the pool on
 /// PostgreSQL, the WAL on SQLite), read now. Counters are a running bus's
 /// ([`EventBus::metrics_text`](crate::EventBus::metrics_text)).
 pub async fn store_metrics_text(store: &Arc<dyn Store>, config: &MetricsConfig) -> Result<String> {
     config.validate()?;
-    let telemetry = Telemetry::gauges_only(config.clone(), store.backend().telemetry_kind());
+    let telemetry = Telemetry::gauges_only(config.clone(), super::StoreKind::of(&store.backend()));
     let now = SystemClock.now();
     let gauges = store.gauges(now).await?;
     telemetry.encode(&ScrapeInput {

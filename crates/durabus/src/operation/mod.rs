@@ -7,13 +7,18 @@
 //! operation's progress (`cursor`, counts) are written in one transaction: a chunk is done
 //! exactly once, however often the process running it dies.
 
+mod service;
+
+pub(crate) use service::passing;
+pub use service::{Operations, RunOptions};
+
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Timestamp;
-use crate::dead_letter::Actor;
+use crate::dlq::Actor;
 use crate::error::{Error, Result};
 
 /// Every kind of operation there is: a replay, and each bulk dead-letter action.

@@ -1,7 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use super::*;
-use crate::error::ErrorKind;
+use crate::clock::Timestamp;
+use crate::error::{Error, ErrorKind, Result};
+use crate::event::EventId;
+use std::time::Duration;
 
 const H: u64 = 3600;
 

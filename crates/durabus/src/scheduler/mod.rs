@@ -29,18 +29,6 @@ const CHUNK: usize = 500;
 /// How long a job run holds its lock before another process may take the job over.
 const RUN_TTL: Duration = Duration::from_secs(15 * 60);
 
-/// This process's name as the holder of leases and locks: host, pid and a random part.
-pub(crate) fn worker_name() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "host".into());
-    let tag = uuid::Uuid::now_v7().simple().to_string();
-    format!("{host}:{}:{}", std::process::id(), &tag[tag.len() - 8..])
-}
-
 /// One job's schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobConfig {
@@ -228,7 +216,7 @@ impl Scheduler {
             clock,
             config,
             jobs: Arc::new(jobs),
-            holder: worker_name(),
+            holder: crate::holder::worker_name(),
             telemetry: None,
             hook: crate::hook::ErrorHook::default(),
         })
@@ -376,7 +364,7 @@ impl Scheduler {
             }
             "cleanup-payloads" => {
                 let (expired, audits) =
-                    super::payloads::Payloads::with_clock(self.store.clone(), self.clock.clone())
+                    crate::payload::Payloads::with_clock(self.store.clone(), self.clock.clone())
                         .cleanup(now, self.config.dead_letter_retention)
                         .await?;
                 Ok(format!(

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::replays::ReplayHooks;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::operation::{ChunkReport, Operation, OperationStatus};
+use crate::replay::ReplayHooks;
 use crate::store::Store;
 
 /// How an operation is run.
@@ -36,7 +36,7 @@ impl Default for RunOptions {
         RunOptions {
             chunk: None,
             lease: Duration::from_secs(30),
-            holder: super::worker_name(),
+            holder: crate::holder::worker_name(),
             pause: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -173,7 +173,7 @@ impl Operations {
         };
         progress(&op);
         if op.kind == crate::replay::KIND {
-            let run = super::replay_run::Run {
+            let run = crate::replay::Run {
                 store: &self.store,
                 clock: &self.clock,
                 options,

@@ -6,13 +6,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::operations::{Operations, RunOptions};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::dead_letter::Actor;
+use crate::dlq::Actor;
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::handler::Handler;
 use crate::operation::{NewOperation, Operation, OperationStatus};
+use crate::operation::{Operations, RunOptions};
 use crate::replay::{
     self, DryRun, ReplayMode, ReplayParams, ReplayPreview, ReplayRequest, ReplayResult,
     ReplaySelection,

@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::operations::{RunOptions, passing};
-use super::replays::ReplayHooks;
+use super::service::ReplayHooks;
 use crate::clock::{Clock, sleep_until};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{Event, NewEvent};
 use crate::handler::{CatchUnwind, Handler, panic_message};
 use crate::operation::{Advance, Operation, OperationStatus};
+use crate::operation::{RunOptions, passing};
 use crate::replay::{
     self, ReplayCompleted, ReplayMode, ReplayParams, ReplayStarted, ReplaySummary, TokenBucket,
 };

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::DeadLetterStatus;
+use super::record::DeadLetterStatus;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::DeadLetterStatus;
+use super::record::DeadLetterStatus;
 use crate::clock::Timestamp;
 
 /// A failure group: dead letters with one fingerprint.

@@ -1,11 +1,53 @@
 //! The lifecycle rules of a record: its state, the operator's actions and what they change.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
-use super::{AUTO_RETRY, Actor, ActorKind, DeadLetterPolicy, DeadLetterStatus};
+use super::record::DeadLetterStatus;
+use crate::actor::{AUTO_RETRY, Actor, ActorKind};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::EventId;
+
+/// How dead letters are retried automatically.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterPolicy {
+    /// The wait before each auto retry: the first after the record is created, each later one
+    /// after the previous retry. Defaults to 1 h, 6 h, 24 h (then manual only). Empty: no
+    /// auto retries.
+    pub auto_retry: Vec<Duration>,
+}
+
+impl Default for DeadLetterPolicy {
+    fn default() -> Self {
+        DeadLetterPolicy {
+            auto_retry: vec![
+                Duration::from_secs(3600),
+                Duration::from_secs(6 * 3600),
+                Duration::from_secs(24 * 3600),
+            ],
+        }
+    }
+}
+
+impl DeadLetterPolicy {
+    /// No auto retries: dead letters wait for an operator.
+    pub fn manual_only() -> Self {
+        DeadLetterPolicy {
+            auto_retry: Vec::new(),
+        }
+    }
+
+    /// When the auto retry after `auto_retry_count` earlier ones is due, counted from `from`
+    /// (the creation time for the first, the last retry for the others); `None` when the
+    /// schedule is used up.
+    pub fn next_auto_retry(&self, auto_retry_count: u32, from: Timestamp) -> Option<Timestamp> {
+        self.auto_retry
+            .get(usize::try_from(auto_retry_count).ok()?)
+            .map(|d| from.plus(*d))
+    }
+}
 
 /// The lifecycle fields of a record, as the rules need them.
 #[derive(Debug, Clone, PartialEq, Eq)]
