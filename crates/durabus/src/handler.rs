@@ -38,7 +38,7 @@ where
 
 /// Catches a panic of the future it wraps, so a panicking handler fails its attempt instead of
 /// unwinding through the dispatcher.
-pub(crate) struct CatchUnwind(pub(crate) HandlerFuture);
+struct CatchUnwind(HandlerFuture);
 
 impl std::future::Future for CatchUnwind {
     type Output = Result<HandlerResult, String>;
@@ -53,6 +53,75 @@ impl std::future::Future for CatchUnwind {
             Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
             Err(panic) => std::task::Poll::Ready(Err(panic_message(panic.as_ref()))),
         }
+    }
+}
+
+/// How one handler run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HandlerOutcome {
+    /// It returned `Ok(())`.
+    Ok,
+    /// It returned an error: its message and its chain of sources.
+    Error(String, Vec<String>),
+    /// It ran past its timeout and was cancelled at its next await point.
+    Timeout(String),
+    /// It panicked.
+    Panic(String),
+}
+
+impl HandlerOutcome {
+    /// Whether the handler succeeded.
+    pub fn is_ok(&self) -> bool {
+        *self == HandlerOutcome::Ok
+    }
+
+    /// The failure text and its causes, if it failed.
+    pub fn into_failure(self) -> Option<(String, Vec<String>)> {
+        match self {
+            HandlerOutcome::Ok => None,
+            HandlerOutcome::Error(e, causes) => Some((e, causes)),
+            HandlerOutcome::Timeout(e) | HandlerOutcome::Panic(e) => Some((e, Vec::new())),
+        }
+    }
+}
+
+/// The chain of sources below `error`, outermost first (at most 16).
+fn causes(error: &(dyn std::error::Error + 'static)) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut next = error.source();
+    while let Some(e) = next {
+        if out.len() == 16 {
+            break;
+        }
+        out.push(e.to_string());
+        next = e.source();
+    }
+    out
+}
+
+/// Runs `handler` on `event` under `timeout`. An error, a panic or a timeout fails the run.
+pub(crate) async fn run_handler(
+    handler: &dyn Handler,
+    event: Event,
+    timeout: Duration,
+) -> HandlerOutcome {
+    let fut = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call(event))) {
+        Ok(fut) => fut,
+        Err(panic) => {
+            return HandlerOutcome::Panic(format!(
+                "handler panicked: {}",
+                panic_message(panic.as_ref())
+            ));
+        }
+    };
+    match tokio::time::timeout(timeout, CatchUnwind(fut)).await {
+        Ok(Ok(Ok(()))) => HandlerOutcome::Ok,
+        Ok(Ok(Err(e))) => HandlerOutcome::Error(e.to_string(), causes(e.as_ref())),
+        Ok(Err(panic)) => HandlerOutcome::Panic(format!("handler panicked: {panic}")),
+        Err(_) => HandlerOutcome::Timeout(format!(
+            "handler timed out after {} ms",
+            timeout.as_millis()
+        )),
     }
 }
 

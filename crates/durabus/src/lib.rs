@@ -129,7 +129,9 @@ pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use history::History;
 pub use hook::{BusError, ErrorHook, ErrorSource};
-pub use operation::{OPERATION_KINDS, Operation, OperationStatus, Operations, RunOptions};
+pub use operation::{
+    OPERATION_KINDS, Operation, OperationKind, OperationStatus, Operations, RunOptions,
+};
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
 pub use payload::{ConfigInput, PayloadConfig, Payloads, Snapshot};
@@ -150,9 +152,9 @@ pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
-    Backend, DeadLetterStore, EventQuery, EventStore, InsertMode, JobRow, JobStart, JobStore,
-    OperationStore, Outcome, QueryStore, RetryCount, StatusCount, Store, StoreLifecycle,
-    SubscriptionRow, SubscriptionStore,
+    ActBatch, ActReport, Backend, ChunkWrite, DeadLetterStore, EventQuery, EventStore, InsertMode,
+    JobRow, JobStart, JobStore, OperationStore, Outcome, QueryStore, RetryCount, StatusCount,
+    Store, StoreLifecycle, SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 

@@ -43,13 +43,19 @@ pub(crate) async fn list(
             })
         })
         .transpose()?;
+    let kind = q
+        .kind
+        .as_deref()
+        .map(|k| {
+            k.parse::<durabus::OperationKind>().map_err(|e| {
+                ApiError::validation(e.to_string())
+                    .with_details(serde_json::json!({ "field": "kind", "value": k }))
+            })
+        })
+        .transpose()?;
     let n = limit(q.limit, 50, 1000)?;
     Ok(axum::Json(
-        state
-            .bus()
-            .operations()
-            .list(status, q.kind.as_deref(), n)
-            .await?,
+        state.bus().operations().list(status, kind, n).await?,
     ))
 }
 

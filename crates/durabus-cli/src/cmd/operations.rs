@@ -19,7 +19,7 @@ pub enum OperationsCommand {
         /// Only this kind (replay, dead_letters.retry, dead_letters.resolve,
         /// dead_letters.abandon, dead_letters.purge).
         #[arg(long)]
-        kind: Option<String>,
+        kind: Option<durabus::OperationKind>,
         /// Most operations to show.
         #[arg(long, default_value_t = 50)]
         limit: u32,
@@ -60,7 +60,7 @@ pub async fn run(
                 kind,
                 limit,
             } => {
-                let list = ops.list(status, kind.as_deref(), limit).await?;
+                let list = ops.list(status, kind, limit).await?;
                 if ctx.json {
                     output::json(&list)
                 } else {
@@ -145,7 +145,7 @@ pub async fn run_with_progress(
             if let Some(bar) = &bar {
                 bar.set_length(op.total.max(done));
                 bar.set_position(done);
-                bar.set_message(op.kind.clone());
+                bar.set_message(op.kind.as_str());
             } else if !quiet && (last_line.elapsed().as_secs() >= 2 || op.status.is_finished()) {
                 last_line = std::time::Instant::now();
                 eprintln!(

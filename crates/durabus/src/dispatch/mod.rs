@@ -278,9 +278,14 @@ impl Dispatcher {
                 continue;
             }
             let started = std::time::Instant::now();
-            let result = run::run_handler(sub, event.clone()).await;
-            self.telemetry
-                .handler_finished(sub.info.label(), result.kind(), started.elapsed());
+            let result =
+                crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
+                    .await;
+            self.telemetry.handler_finished(
+                sub.info.label(),
+                run::result_of(&result),
+                started.elapsed(),
+            );
             let at = self.clock.now();
             ended = Some(at);
             self.breakers.record(&sub.info, at, result.is_ok());

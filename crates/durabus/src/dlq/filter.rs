@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use super::record::DeadLetterStatus;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
+use crate::event::EventId;
 
 /// Which dead letters a listing or a bulk operation covers. Every field narrows; an empty
 /// filter is everything.
@@ -53,6 +54,55 @@ impl DeadLetterFilter {
             ));
         }
         Ok(())
+    }
+}
+
+/// What a filter looks at of a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head<'a> {
+    /// Its status.
+    pub status: DeadLetterStatus,
+    /// Its event's type.
+    pub event_type: &'a str,
+    /// The subscription that failed last.
+    pub subscription: Option<&'a str>,
+    /// Its failure group.
+    pub fingerprint: &'a str,
+    /// When it was created.
+    pub created_at: Timestamp,
+}
+
+impl DeadLetterFilter {
+    /// Whether a record with `head` is in the selection (the stores evaluate the same in SQL
+    /// to list; a bulk action checks it again, with this, on each record it locks).
+    pub fn matches(&self, head: &Head<'_>) -> bool {
+        (self.status.is_empty() || self.status.contains(&head.status))
+            && self.event_type.as_ref().is_none_or(|t| {
+                crate::pattern::Pattern::new(t).is_ok_and(|p| p.matches(head.event_type))
+            })
+            && self
+                .subscription
+                .as_ref()
+                .is_none_or(|s| head.subscription == Some(s.as_str()))
+            && self.group.as_ref().is_none_or(|g| g == head.fingerprint)
+            && self.created_from.is_none_or(|f| head.created_at >= f)
+            && self.created_before.is_none_or(|b| head.created_at < b)
+    }
+
+    /// Refuses record `id` with [`Error::Conflict`] when `head` no longer matches: a record
+    /// that changed since a selection found it is passed over, not acted on.
+    pub fn check(&self, id: EventId, head: &Head<'_>) -> Result<()> {
+        if self.matches(head) {
+            return Ok(());
+        }
+        Err(Error::Conflict {
+            what: format!("dead letter {id}"),
+            status: head.status.as_str().to_owned(),
+            message: format!(
+                "dead letter {id} is {} and no longer matches the selection it was found by",
+                head.status
+            ),
+        })
     }
 }
 

@@ -112,24 +112,22 @@ impl DlqInspector {
     /// `library`). Fails with [`Error::EventNotFound`] if no dead event has this id.
     pub async fn retry(&self, id: EventId) -> Result<()> {
         self.get(id).await?;
-        self.store
-            .dlq_act(
-                id,
-                Action::Retry,
-                Actor::new("library", ActorKind::Library),
-                self.clock.now(),
-            )
-            .await
-            .map(|_| ())
+        super::service::act_one(
+            &*self.store,
+            id,
+            Action::Retry,
+            Actor::new("library", ActorKind::Library),
+            self.clock.now(),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Deletes dead events created `days` days ago or earlier (`created_at <= now - days`).
     /// Returns how many were deleted.
     pub async fn purge(&self, days: u32) -> Result<u64> {
-        let cutoff = self
-            .clock
-            .now()
-            .minus(Duration::from_secs(u64::from(days) * 86_400));
-        self.store.dlq_purge(cutoff).await
+        let now = self.clock.now();
+        let cutoff = now.minus(Duration::from_secs(u64::from(days) * 86_400));
+        super::rounds::purge_dead(&*self.store, cutoff, now).await
     }
 }

@@ -9,8 +9,10 @@
 //! - **Groups** ([`fingerprint`], [`DeadLetterGroup`]): records with one normalised failure.
 //! - **Filters** ([`DeadLetterFilter`], [`Keyset`]): which records a listing or a bulk action
 //!   covers.
-//! - **Auto retry and retention** ([`auto_retry`], [`retention`]): the rounds of the scheduled
-//!   jobs, written once above the store.
+//! - **Auto retry and retention** ([`rounds`]): the rounds of the scheduled jobs, written once
+//!   above the store.
+//! - **Bulk actions** ([`BulkKind`]): a kind of durable operation; each chunk reads the next
+//!   records of its frozen selection and acts on them with its progress in one transaction.
 //! - **The spec's view** ([`DlqInspector`]: dead *events*) and **the operator's**
 //!   ([`DeadLetters`]: records, groups, actions, bulk actions as durable operations). Both work
 //!   on a store alone, so the CLI, the admin API and applications call the same code.
@@ -29,6 +31,7 @@
 //! retry is due that long after the record was created, each later one that long after the
 //! previous retry; after the last, retries are manual only. Abandoning stops auto-retry.
 
+mod bulk;
 mod death;
 mod filter;
 pub mod fingerprint;
@@ -36,11 +39,13 @@ mod groups;
 mod inspector;
 mod lifecycle;
 mod record;
+pub mod rounds;
 mod service;
 
 pub use crate::actor::{AUTO_RETRY, Actor, ActorKind};
+pub use bulk::{BulkKind, BulkParams};
 pub use death::{Death, DeathWrite, Existing, SYSTEM_DEAD_LETTER, plan_death, split_error};
-pub use filter::{DeadLetterFilter, Keyset, MAX_PAGE};
+pub use filter::{DeadLetterFilter, Head, Keyset, MAX_PAGE};
 pub use groups::{DeadLetterGroup, GROUP_TYPES_LISTED, GroupDelta, group_delta, sum_deltas};
 pub use inspector::{DEFAULT_LIMIT, DlqInspector, Page};
 pub use lifecycle::{Action, Change, DeadLetterPolicy, State, apply};

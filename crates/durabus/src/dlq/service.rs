@@ -5,12 +5,14 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::bulk::BulkParams;
 use crate::clock::{Clock, SystemClock};
 use crate::dlq::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::{Error, Result};
 use crate::event::EventId;
-use crate::operation::{NewOperation, Operation};
+use crate::operation::{NewOperation, Operation, OperationKind};
 use crate::payload::ConfigSource;
+use crate::store::ActBatch;
 use crate::store::Store;
 
 /// Records shown with a preview.
@@ -78,8 +80,8 @@ impl BulkRequest {
     }
 
     /// The operation kind: `dead_letters.<action>`.
-    pub fn kind(&self) -> String {
-        format!("dead_letters.{}", self.action.name())
+    pub fn kind(&self) -> OperationKind {
+        BulkParams::kind_of(&self.action)
     }
 }
 
@@ -198,10 +200,7 @@ impl DeadLetters {
         action.validate()?;
         actor.validate()?;
         let name = action.name();
-        let mut after = self
-            .store
-            .dlq_act(id, action, actor.clone(), self.clock.now())
-            .await?;
+        let mut after = act_one(&*self.store, id, action, actor.clone(), self.clock.now()).await?;
         if let Some(t) = &self.telemetry {
             t.dead_letter_action(name, actor.kind.as_str(), 1);
         }
@@ -282,11 +281,12 @@ impl DeadLetters {
         request.validate()?;
         actor.validate()?;
         let preview = self.preview(&request.filter).await?;
-        let params = serde_json::json!({
-            "filter": request.filter,
-            "action": request.action,
-            "all": request.all,
-        });
+        let params = serde_json::to_value(BulkParams {
+            filter: request.filter.clone(),
+            action: request.action.clone(),
+            all: request.all,
+        })
+        .map_err(|e| Error::unserialisable("a bulk action's parameters", &e))?;
         self.store
             .operation_create(
                 NewOperation {
@@ -301,4 +301,24 @@ impl DeadLetters {
             )
             .await
     }
+}
+
+/// Applies `action` by `actor` to the record of `id` in one transaction: the record after it
+/// (`None` when purged). Fails with [`Error::NotFound`] or [`Error::Conflict`] when it cannot.
+pub(super) async fn act_one(
+    store: &dyn Store,
+    id: EventId,
+    action: Action,
+    actor: Actor,
+    now: crate::clock::Timestamp,
+) -> Result<Option<DeadLetter>> {
+    let batch = ActBatch {
+        read_back: true,
+        ..ActBatch::new(vec![id], action, actor)
+    };
+    let mut report = store.dlq_act(batch, now).await?;
+    if let Some((_, e)) = report.skipped.pop() {
+        return Err(e);
+    }
+    Ok(report.after.pop())
 }

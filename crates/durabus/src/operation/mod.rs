@@ -2,33 +2,36 @@
 //! submitted, then run in chunks that survive a crash and resume, can be cancelled between
 //! chunks, and records who started it and what it did.
 //!
+//! - [`Operation`], [`OperationKind`], [`OperationStatus`]: the data, as stored.
+//! - [`state`]: who may take an operation, what a cancel does, what a runner does next (pure).
+//! - [`Runner`]: claims an operation and drives its chunks; it knows nothing of kinds. Each kind
+//!   implements [`Kind`] (its chunks are a [`Work`]) in the module that owns its data: bulk
+//!   dead-letter actions in [`crate::dlq`], replays in [`crate::replay`].
+//! - [`Operations`]: the service operators use (list, cancel, run, resume), with every kind of
+//!   this build registered.
+//!
 //! The selection is frozen at submit: the filter plus an upper bound (`bound`, the highest
 //! position that existed then), so rows that arrive later are never swept in. A chunk and the
 //! operation's progress (`cursor`, counts) are written in one transaction: a chunk is done
 //! exactly once, however often the process running it dies.
 
+mod kind;
+mod runner;
 mod service;
+pub mod state;
 
-pub(crate) use service::passing;
-pub use service::{Operations, RunOptions};
+pub use kind::{OPERATION_KINDS, OperationKind};
+pub use runner::{Kind, Kinds, RunContext, RunOptions, Runner, Work, passing};
+pub use service::Operations;
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::actor::Actor;
 use crate::clock::Timestamp;
-use crate::dlq::Actor;
 use crate::error::{Error, Result};
-
-/// Every kind of operation there is: a replay, and each bulk dead-letter action.
-pub const OPERATION_KINDS: [&str; 5] = [
-    crate::replay::KIND,
-    "dead_letters.retry",
-    "dead_letters.resolve",
-    "dead_letters.abandon",
-    "dead_letters.purge",
-];
 
 /// Where an operation is.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -103,9 +106,8 @@ impl FromStr for OperationStatus {
 pub struct Operation {
     /// Its id (a UUID).
     pub id: String,
-    /// What it does: `dead_letters.retry`, `dead_letters.resolve`, `dead_letters.abandon`,
-    /// `dead_letters.purge`, `replay`.
-    pub kind: String,
+    /// What it does.
+    pub kind: OperationKind,
     /// Where it is.
     pub status: OperationStatus,
     /// What it was given (the filter, the action's note, …), as JSON.
@@ -129,6 +131,10 @@ pub struct Operation {
     pub actor: Actor,
     /// Whether a cancel was asked for (it stops at the next chunk).
     pub cancel_requested: bool,
+    /// The runner that holds it (a running operation), if any.
+    pub holder: Option<String>,
+    /// When the holder's lease runs out: another runner may take it over from then.
+    pub lease_expires_at: Option<Timestamp>,
     /// When it was submitted.
     pub created_at: Timestamp,
     /// When it started.
@@ -160,7 +166,7 @@ pub struct NewOperation {
     /// Its id.
     pub id: String,
     /// What it does.
-    pub kind: String,
+    pub kind: OperationKind,
     /// Its parameters.
     pub params: serde_json::Value,
     /// The upper bound of the selection.
@@ -169,19 +175,6 @@ pub struct NewOperation {
     pub total: u64,
     /// Who submits it.
     pub actor: Actor,
-}
-
-/// What one chunk did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct ChunkReport {
-    /// Rows acted on in this chunk.
-    pub processed: u64,
-    /// Rows passed over.
-    pub skipped: u64,
-    /// Rows that failed.
-    pub errors: u64,
-    /// Whether the operation has finished with this chunk (completed or cancelled).
-    pub finished: bool,
 }
 
 /// What one chunk of an operation did, written in one transaction by
@@ -206,4 +199,8 @@ pub struct Advance {
     pub finish: Option<OperationStatus>,
     /// Why it failed (with `finish: failed`).
     pub error: Option<String>,
+    /// Writes only if the operation's cursor is still this one (number and key): the chunk
+    /// was read after it, so a chunk written twice (two runners of one holder) is refused.
+    /// `None`: any cursor.
+    pub expect_cursor: Option<(i64, String)>,
 }

@@ -9,12 +9,14 @@
 //! through normal delivery with its own retries and dead letters, or handed to a handler given
 //! by the library caller. The original is never changed.
 
+mod hooks;
 mod limiter;
 mod run;
 mod service;
 
-pub(crate) use run::Run;
-pub use service::{ReplayFilter, ReplayHooks, Replays, SAMPLES};
+pub use hooks::{ReplayFilter, ReplayHooks};
+pub use run::ReplayKind;
+pub use service::{Replays, SAMPLES};
 
 use std::collections::BTreeMap;
 
@@ -32,8 +34,6 @@ pub use limiter::TokenBucket;
 pub const REPLAY_OF: &str = "replayOf";
 /// The metadata key a re-published event carries: the id of the replay operation.
 pub const REPLAY_OPERATION: &str = "replayOperation";
-/// The operation kind of a replay.
-pub const KIND: &str = "replay";
 /// The event published when a replay starts.
 pub const STARTED: &str = "system.replay.started";
 /// The event published when a replay ends (completed, failed or cancelled: the payload says).

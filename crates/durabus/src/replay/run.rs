@@ -7,29 +7,60 @@
 //! none is skipped. Handed to a handler, each event's progress is written right after its
 //! handler returns: a crash can repeat only the event whose handler was running.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use async_trait::async_trait;
 
-use super::service::ReplayHooks;
-use crate::clock::{Clock, sleep_until};
-use crate::error::{Error, ErrorKind, Result};
+use super::hooks::ReplayHooks;
+use crate::clock::sleep_until;
+use crate::error::{Error, Result};
 use crate::event::{Event, NewEvent};
-use crate::handler::{CatchUnwind, Handler, panic_message};
-use crate::operation::{Advance, Operation, OperationStatus};
-use crate::operation::{RunOptions, passing};
+use crate::handler::run_handler;
+use crate::operation::{
+    Advance, Kind, Operation, OperationKind, OperationStatus, RunContext, Work, passing,
+};
 use crate::replay::{
     self, ReplayCompleted, ReplayMode, ReplayParams, ReplayStarted, ReplaySummary, TokenBucket,
 };
-use crate::store::{Position, Store};
+use crate::store::Position;
 
-/// What a run works with.
-pub(crate) struct Run<'a> {
-    pub store: &'a Arc<dyn Store>,
-    pub clock: &'a Arc<dyn Clock>,
-    pub options: &'a RunOptions,
-    pub hooks: &'a ReplayHooks,
-    /// The metrics the replayed events are counted in, if any.
-    pub telemetry: Option<&'a crate::telemetry::Telemetry>,
+/// Replays as a kind of operation, run with `hooks` (a runner of the bus's has none: it runs
+/// re-publishing replays; [`Replays::run`](super::Replays::run) gives an attached replay the
+/// handler or filter it was submitted with).
+#[derive(Debug, Clone, Default)]
+pub struct ReplayKind {
+    hooks: ReplayHooks,
+}
+
+impl ReplayKind {
+    /// Replays run with `hooks`.
+    pub fn with_hooks(hooks: ReplayHooks) -> ReplayKind {
+        ReplayKind { hooks }
+    }
+}
+
+impl Kind for ReplayKind {
+    fn kinds(&self) -> &'static [OperationKind] {
+        &[OperationKind::Replay]
+    }
+
+    fn runs_anywhere(&self, op: &Operation) -> bool {
+        !ReplayParams::is_attached(&op.params)
+    }
+
+    fn work(&self, op: &Operation, ctx: RunContext) -> Result<Box<dyn Work>> {
+        let state = State::of(op, &ctx)?;
+        Ok(Box::new(Run {
+            ctx,
+            hooks: self.hooks.clone(),
+            state,
+        }))
+    }
+}
+
+/// One run of a replay: what it works with and what it knows beyond the stored operation.
+struct Run {
+    ctx: RunContext,
+    hooks: ReplayHooks,
+    state: State,
 }
 
 /// What the run knows beyond the stored operation: kept in step with what was written.
@@ -43,87 +74,13 @@ struct State {
     chunk: usize,
 }
 
-/// Counts of one step.
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    processed: u64,
-    skipped: u64,
-    errors: u64,
-}
-
-impl Run<'_> {
-    /// Runs replay `op` (claimed by this runner) until it ends or the runner pauses.
-    pub async fn drive(
-        &self,
-        mut op: Operation,
-        progress: &mut (dyn FnMut(&Operation) + Send),
-    ) -> Result<Operation> {
-        let mut state = match self.state(&op) {
-            Ok(state) => state,
-            Err(e) => {
-                self.give_up(&op, &e).await;
-                return Err(e);
-            }
-        };
-        let mut failures = 0u32;
-        loop {
-            if op.status.is_finished() {
-                return Ok(op);
-            }
-            if self.options.pause.load(Ordering::SeqCst) {
-                self.store
-                    .operation_release(&op.id, &self.options.holder, self.clock.now())
-                    .await?;
-                return Ok(op);
-            }
-            let step = if op.cancel_requested {
-                self.finish(&op, &mut state, OperationStatus::Cancelled, End::default())
-                    .await
-            } else if let Some(missing) = self.missing_hooks(&state.params) {
-                self.store
-                    .operation_release(&op.id, &self.options.holder, self.clock.now())
-                    .await?;
-                return Err(Error::Conflict {
-                    what: format!("replay {}", op.id),
-                    status: op.status.as_str().to_owned(),
-                    message: format!(
-                        "replay {} needs the {missing} of the process that started it; that process resumes it with the same hooks (Replays::run), or cancel it",
-                        op.id
-                    ),
-                });
-            } else {
-                self.step(&op, &mut state).await
-            };
-            match step {
-                Ok(next) => {
-                    failures = 0;
-                    op = next;
-                    progress(&op);
-                    tokio::task::yield_now().await;
-                }
-                Err(e) => {
-                    if let Some(pause) = passing(&e, &mut failures) {
-                        tracing::warn!(operation = %op.id, error = %e, ?pause, "a replay's step failed; retrying");
-                        tokio::time::sleep(pause).await;
-                        continue;
-                    }
-                    if e.kind() == ErrorKind::Conflict {
-                        return Err(e);
-                    }
-                    tracing::error!(operation = %op.id, error = %e, "a replay failed");
-                    self.give_up(&op, &e).await;
-                    return Err(e);
-                }
-            }
-        }
-    }
-
-    fn state(&self, op: &Operation) -> Result<State> {
+impl State {
+    fn of(op: &Operation, ctx: &RunContext) -> Result<State> {
         let params = ReplayParams::from_json(&op.id, &op.params)?;
         let summary = ReplaySummary::from_json(&op.id, op.summary.as_ref())?;
         let bucket = params
             .rate_limit
-            .map(|rate| TokenBucket::new(rate, self.clock.now()));
+            .map(|rate| TokenBucket::new(rate, ctx.now()));
         Ok(State {
             bound: Position {
                 at: op.bound,
@@ -136,15 +93,58 @@ impl Run<'_> {
                 key: op.cursor_key.clone(),
             },
             bucket,
-            chunk: self
-                .options
-                .chunk
-                .unwrap_or_else(|| self.store.backend().bulk_chunk())
-                .max(1),
+            chunk: ctx.chunk(),
         })
     }
+}
 
-    fn missing_hooks(&self, params: &ReplayParams) -> Option<&'static str> {
+/// Counts of one step.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    processed: u64,
+    skipped: u64,
+    errors: u64,
+}
+
+#[async_trait]
+impl Work for Run {
+    async fn step(&mut self, op: &Operation) -> Result<Operation> {
+        if let Some(missing) = self.missing_hooks() {
+            self.ctx.release(op).await?;
+            return Err(Error::Conflict {
+                what: format!("replay {}", op.id),
+                status: op.status.as_str().to_owned(),
+                message: format!(
+                    "replay {} needs the {missing} of the process that started it; that process resumes it with the same hooks (Replays::run), or cancel it",
+                    op.id
+                ),
+            });
+        }
+        self.page(op).await
+    }
+
+    async fn cancel(&mut self, op: &Operation) -> Result<Operation> {
+        self.finish(op, OperationStatus::Cancelled, End::default())
+            .await
+    }
+
+    /// Fails the replay (announcing its end if it had started); if even that cannot be
+    /// written, marks it failed plainly.
+    async fn fail(&mut self, op: &Operation, e: &Error) {
+        let end = End {
+            error: Some(e.to_string()),
+            ..End::default()
+        };
+        if let Err(again) = self.finish(op, OperationStatus::Failed, end).await {
+            tracing::warn!(operation = %op.id, error = %again, "could not record a replay's failure with its announcement");
+            self.ctx.fail_plainly(op, e).await;
+        }
+    }
+}
+
+impl Run {
+    fn missing_hooks(&self) -> Option<&'static str> {
+        let params = &self.state.params;
         if params.mode == ReplayMode::Handler && self.hooks.handler_ref().is_none() {
             Some("handler")
         } else if params.attached && self.hooks.is_empty() {
@@ -154,35 +154,35 @@ impl Run<'_> {
         }
     }
 
-    /// Fails the replay (announcing its end if it had started); if even that cannot be
-    /// written, marks it failed plainly.
-    async fn give_up(&self, op: &Operation, e: &Error) {
-        let failed = match self.state(op) {
-            Ok(mut state) => {
-                let end = End {
-                    error: Some(e.to_string()),
-                    ..End::default()
-                };
-                self.finish(op, &mut state, OperationStatus::Failed, end)
-                    .await
-                    .map(|_| ())
-            }
-            Err(e) => Err(e),
+    async fn page(&mut self, op: &Operation) -> Result<Operation> {
+        let exec = Exec {
+            ctx: &self.ctx,
+            hooks: &self.hooks,
         };
-        if let Err(again) = failed {
-            tracing::warn!(operation = %op.id, error = %again, "could not record a replay's failure with its announcement");
-            let _ = self
-                .store
-                .operation_fail(
-                    &op.id,
-                    &self.options.holder,
-                    &e.to_string(),
-                    self.clock.now(),
-                )
-                .await;
-        }
+        exec.step(op, &mut self.state).await
     }
 
+    async fn finish(
+        &mut self,
+        op: &Operation,
+        status: OperationStatus,
+        end: End,
+    ) -> Result<Operation> {
+        let exec = Exec {
+            ctx: &self.ctx,
+            hooks: &self.hooks,
+        };
+        exec.finish(op, &mut self.state, status, end).await
+    }
+}
+
+/// What a step works with, borrowed beside the run's state.
+struct Exec<'a> {
+    ctx: &'a RunContext,
+    hooks: &'a ReplayHooks,
+}
+
+impl Exec<'_> {
     /// Waits for the rate limit's tokens. Returns how many events the next page may hold, or
     /// `None` if the runner was asked to pause meanwhile.
     async fn pace(&self, state: &mut State) -> Option<usize> {
@@ -192,16 +192,16 @@ impl Run<'_> {
         };
         let want = (chunk as u64).min(bucket.burst());
         loop {
-            let now = self.clock.now();
+            let now = self.ctx.now();
             let wait = bucket.wait(now, want);
             if wait.is_zero() {
                 let n = bucket.available(now).min(chunk as u64);
                 return Some(usize::try_from(n).unwrap_or(chunk).max(1));
             }
-            if self.options.pause.load(Ordering::SeqCst) {
+            if self.ctx.pausing() {
                 return None;
             }
-            sleep_until(self.clock.as_ref(), now.plus(wait)).await;
+            sleep_until(self.ctx.clock.as_ref(), now.plus(wait)).await;
         }
     }
 
@@ -213,6 +213,7 @@ impl Run<'_> {
         // One more than the page holds: a page that ends the selection says so, and the
         // replay ends in the same transaction.
         let mut page = self
+            .ctx
             .store
             .walk(
                 &state.params.selection,
@@ -251,7 +252,7 @@ impl Run<'_> {
             tally.processed += 1;
         }
         if let Some(bucket) = state.bucket.as_mut() {
-            bucket.take(self.clock.now(), tally.processed);
+            bucket.take(self.ctx.now(), tally.processed);
         }
         let end = End {
             tally,
@@ -290,9 +291,11 @@ impl Run<'_> {
                 continue;
             }
             let (id, event_type) = (event.id, event.event_type.clone());
-            let outcome = self.call(handler, event).await;
+            let outcome = run_handler(handler.as_ref(), event, self.hooks.handler_timeout())
+                .await
+                .into_failure();
             if let Some(bucket) = state.bucket.as_mut() {
-                bucket.take(self.clock.now(), 1);
+                bucket.take(self.ctx.now(), 1);
             }
             let mut summary = state.summary.clone();
             let mut tally = Tally {
@@ -300,11 +303,11 @@ impl Run<'_> {
                 ..Tally::default()
             };
             match outcome {
-                Ok(()) => {
+                None => {
                     summary.count(&event_type);
                     tally.processed = 1;
                 }
-                Err(error) => {
+                Some((error, _)) => {
                     summary.fail(id, error);
                     tally.errors = 1;
                 }
@@ -318,7 +321,7 @@ impl Run<'_> {
                 error: None,
             };
             current = self.advance(&current, state, end).await?;
-            if current.cancel_requested || self.options.pause.load(Ordering::SeqCst) {
+            if current.cancel_requested || self.ctx.pausing() {
                 return Ok(current);
             }
         }
@@ -340,34 +343,6 @@ impl Run<'_> {
         Ok(current)
     }
 
-    /// Runs the handler on one event under its timeout, a panic caught.
-    async fn call(
-        &self,
-        handler: &Arc<dyn Handler>,
-        event: Event,
-    ) -> std::result::Result<(), String> {
-        let fut =
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler.call(event))) {
-                Ok(fut) => fut,
-                Err(panic) => {
-                    return Err(format!(
-                        "handler panicked: {}",
-                        panic_message(panic.as_ref())
-                    ));
-                }
-            };
-        let timeout = self.hooks.handler_timeout();
-        match tokio::time::timeout(timeout, CatchUnwind(fut)).await {
-            Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(e))) => Err(e.to_string()),
-            Ok(Err(panic)) => Err(format!("handler panicked: {panic}")),
-            Err(_) => Err(format!(
-                "handler timed out after {} ms",
-                timeout.as_millis()
-            )),
-        }
-    }
-
     /// Writes one step (announcing the start with the first) and, once written, keeps its
     /// cursor and summary.
     async fn advance(&self, op: &Operation, state: &mut State, mut end: End) -> Result<Operation> {
@@ -386,6 +361,7 @@ impl Run<'_> {
             summary: Some(summary.to_json()?),
             finish: None,
             error: None,
+            expect_cursor: Some((state.cursor.at, state.cursor.key.clone())),
         };
         let next = self.commit(&op.id, advance).await?;
         self.count(end.tally, None);
@@ -421,7 +397,7 @@ impl Run<'_> {
             summary.announced = true;
         }
         if summary.announced {
-            let now = self.clock.now();
+            let now = self.ctx.now();
             let started = op.started_at.unwrap_or(now);
             end.events.push(replay::completed_event(&ReplayCompleted {
                 operation: &op.id,
@@ -448,6 +424,7 @@ impl Run<'_> {
             summary: Some(summary.to_json()?),
             finish: Some(status),
             error: end.error,
+            expect_cursor: Some((state.cursor.at, state.cursor.key.clone())),
         };
         let next = self.commit(&op.id, advance).await?;
         self.count(tally, Some(status));
@@ -458,7 +435,9 @@ impl Run<'_> {
 
     /// Counts a written step in the metrics (and the end, with its status).
     fn count(&self, tally: Tally, finished: Option<OperationStatus>) {
-        let Some(t) = self.telemetry else { return };
+        let Some(t) = self.ctx.telemetry.as_deref() else {
+            return;
+        };
         for (result, n) in [
             ("replayed", tally.processed),
             ("skipped", tally.skipped),
@@ -489,16 +468,7 @@ impl Run<'_> {
     async fn commit(&self, id: &str, advance: Advance) -> Result<Operation> {
         let mut failures = 0u32;
         loop {
-            let result = self
-                .store
-                .operation_advance(
-                    id,
-                    &self.options.holder,
-                    advance.clone(),
-                    self.options.lease,
-                    self.clock.now(),
-                )
-                .await;
+            let result = self.ctx.advance(id, advance.clone()).await;
             match result {
                 Ok(op) => return Ok(op),
                 Err(e) => match passing(&e, &mut failures) {

@@ -2,20 +2,17 @@
 //! replay selects and publishes).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
+use super::hooks::ReplayHooks;
+use super::run::ReplayKind;
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::dlq::Actor;
 use crate::error::{Error, Result};
-use crate::event::Event;
-use crate::handler::Handler;
+use crate::operation::{Kinds, OperationKind, RunOptions, Runner};
 use crate::operation::{NewOperation, Operation, OperationStatus};
-use crate::operation::{Operations, RunOptions};
 use crate::replay::{
-    self, DryRun, ReplayMode, ReplayParams, ReplayPreview, ReplayRequest, ReplayResult,
-    ReplaySelection,
+    DryRun, ReplayMode, ReplayParams, ReplayPreview, ReplayRequest, ReplayResult, ReplaySelection,
 };
 use crate::store::{Position, Store};
 
@@ -23,87 +20,6 @@ use crate::store::{Position, Store};
 pub const SAMPLES: usize = 10;
 /// Events read per page by a dry run.
 const DRY_RUN_PAGE: usize = 1_000;
-
-/// A predicate over events: a replay skips those it refuses.
-pub type ReplayFilter = Arc<dyn Fn(&Event) -> bool + Send + Sync>;
-
-/// What a replay started by this process may carry that cannot be stored: a handler that gets
-/// each event instead of it being re-published, and a filter. A replay with either is
-/// *attached*: the bus's runners leave it to this process, which resumes it with the same
-/// hooks after a crash ([`Replays::run`]).
-#[derive(Clone)]
-pub struct ReplayHooks {
-    handler: Option<Arc<dyn Handler>>,
-    filter: Option<ReplayFilter>,
-    timeout: Duration,
-}
-
-impl Default for ReplayHooks {
-    fn default() -> Self {
-        ReplayHooks {
-            handler: None,
-            filter: None,
-            timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-impl fmt::Debug for ReplayHooks {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReplayHooks")
-            .field("handler", &self.handler.is_some())
-            .field("filter", &self.filter.is_some())
-            .field("timeout", &self.timeout)
-            .finish()
-    }
-}
-
-impl ReplayHooks {
-    /// No hooks: events are re-published and none is filtered out.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Hands each selected event to `handler` (under the timeout, a panic caught) instead of
-    /// re-publishing it. A handler error counts in `errors`; the replay goes on.
-    #[must_use]
-    pub fn handler(mut self, handler: impl Handler) -> Self {
-        self.handler = Some(Arc::new(handler));
-        self
-    }
-
-    /// Replays only the selected events `filter` accepts; the others count as skipped.
-    #[must_use]
-    pub fn filter(mut self, filter: impl Fn(&Event) -> bool + Send + Sync + 'static) -> Self {
-        self.filter = Some(Arc::new(filter));
-        self
-    }
-
-    /// The handler's timeout per event. Defaults to 30 s.
-    #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// Whether there is nothing that only this process has.
-    pub fn is_empty(&self) -> bool {
-        self.handler.is_none() && self.filter.is_none()
-    }
-
-    pub(crate) fn handler_ref(&self) -> Option<&Arc<dyn Handler>> {
-        self.handler.as_ref()
-    }
-
-    pub(crate) fn handler_timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// Whether `event` passes the filter (all do without one).
-    pub(crate) fn accepts(&self, event: &Event) -> bool {
-        self.filter.as_ref().is_none_or(|f| f(event))
-    }
-}
 
 /// Replays on a store.
 #[derive(Debug, Clone)]
@@ -134,9 +50,8 @@ impl Replays {
         self
     }
 
-    fn operations(&self) -> Operations {
-        Operations::with_clock(self.store.clone(), self.clock.clone())
-            .observed(self.telemetry.clone())
+    fn runner(&self) -> Runner {
+        Runner::new(self.store.clone(), self.clock.clone()).observed(self.telemetry.clone())
     }
 
     /// What `selection` covers now: the count, per type, and the first [`SAMPLES`] events.
@@ -247,7 +162,7 @@ impl Replays {
         let params = ReplayParams {
             selection,
             rate_limit: request.rate_limit,
-            mode: if hooks.handler.is_some() {
+            mode: if hooks.handler_ref().is_some() {
                 ReplayMode::Handler
             } else {
                 ReplayMode::Republish
@@ -261,7 +176,7 @@ impl Replays {
             .operation_create(
                 NewOperation {
                     id: uuid::Uuid::now_v7().to_string(),
-                    kind: replay::KIND.to_owned(),
+                    kind: OperationKind::Replay,
                     params,
                     bound: bound.at,
                     total,
@@ -284,9 +199,8 @@ impl Replays {
         progress: impl FnMut(&Operation) + Send,
     ) -> Result<Operation> {
         self.get(id).await?;
-        self.operations()
-            .run_with(id, options, hooks, progress)
-            .await
+        let kinds = Kinds::new().with(ReplayKind::with_hooks(hooks.clone()));
+        self.runner().run(id, options, &kinds, progress).await
     }
 
     /// Submits and runs a replay to its end here, as the specification's `replay(options)`:
@@ -307,7 +221,7 @@ impl Replays {
     /// One replay. Fails with [`Error::NotFound`] (also for an operation that is not a replay).
     pub async fn get(&self, id: &str) -> Result<Operation> {
         match self.store.operation_get(id).await? {
-            Some(op) if op.kind == replay::KIND => Ok(op),
+            Some(op) if op.kind == OperationKind::Replay => Ok(op),
             _ => Err(Error::NotFound {
                 what: format!("replay {id}"),
             }),
@@ -327,7 +241,7 @@ impl Replays {
         limit: u32,
     ) -> Result<Vec<Operation>> {
         self.store
-            .operation_list(status, Some(replay::KIND), limit)
+            .operation_list(status, Some(OperationKind::Replay), limit)
             .await
     }
 
@@ -335,7 +249,8 @@ impl Replays {
     /// chunk it is on. Fails with [`Error::NotFound`], or [`Error::Conflict`] if it has ended.
     pub async fn cancel(&self, id: &str) -> Result<Operation> {
         self.get(id).await?;
-        self.operations().cancel(id).await
+        let kinds = Kinds::new().with(ReplayKind::default());
+        self.runner().cancel(id, &kinds).await
     }
 
     /// The time now, on this service's clock.

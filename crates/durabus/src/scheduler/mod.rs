@@ -24,8 +24,6 @@ use crate::history::History;
 use crate::shutdown::Shutdown;
 use crate::store::{JobRow, JobStart, Store};
 
-/// Rows one chunk of a job touches (one transaction each).
-const CHUNK: usize = 500;
 /// How long a job run holds its lock before another process may take the job over.
 const RUN_TTL: Duration = Duration::from_secs(15 * 60);
 
@@ -331,30 +329,15 @@ impl Scheduler {
     async fn work(&self, name: &str, now: Timestamp) -> Result<String> {
         match name {
             "dead-letter-auto-retry" => {
-                let mut total = 0;
-                loop {
-                    let n = self.store.dlq_auto_retry(now, CHUNK).await?;
-                    if let Some(t) = &self.telemetry {
-                        t.dead_letter_action("retry", "auto", n);
-                    }
-                    total += n;
-                    if n < CHUNK as u64 {
-                        break;
-                    }
-                }
-                Ok(format!("{total} dead letter(s) retried"))
+                let n =
+                    crate::dlq::rounds::auto_retry(&*self.store, now, self.telemetry.as_deref())
+                        .await?;
+                Ok(format!("{n} dead letter(s) retried"))
             }
             "cleanup-dead-letters" => {
                 let cutoff = now.minus(self.config.dead_letter_retention);
-                let mut total = 0;
-                loop {
-                    let n = self.store.dlq_cleanup(cutoff, CHUNK).await?;
-                    total += n;
-                    if n < CHUNK as u64 {
-                        break;
-                    }
-                }
-                Ok(format!("{total} closed dead letter(s) deleted"))
+                let n = crate::dlq::rounds::cleanup_closed(&*self.store, cutoff, now).await?;
+                Ok(format!("{n} closed dead letter(s) deleted"))
             }
             "cleanup-history" => {
                 let n = History::with_clock(self.store.clone(), self.clock.clone())

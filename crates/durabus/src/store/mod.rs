@@ -7,7 +7,7 @@
 //! | [`EventStore`] | the hot path: insert, claim, record outcomes, release, crash recovery |
 //! | [`SubscriptionStore`] | subscription rows (delivery records key on their names) |
 //! | [`QueryStore`] | reading events back: by id, listings, counts, walks for replay; history retention |
-//! | [`DeadLetterStore`] | dead-letter records: list, groups, act (retry, resolve, abandon, purge), auto retry, retention, bulk chunks |
+//! | [`DeadLetterStore`] | dead-letter records: list, groups, select, act on many in one transaction (retry, resolve, abandon, purge; a bulk chunk with its progress) |
 //! | [`OperationStore`] | durable operations: create, read, claim, advance a chunk, cancel |
 //! | [`JobStore`] | scheduled jobs: once per tick across processes, never stacked |
 //! | [`PayloadStore`] | payload snapshots per stage (gzip), their configuration, soft delete, retention |
@@ -25,10 +25,10 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 
 use crate::clock::{Clock, Timestamp};
-use crate::dlq::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
+use crate::dlq::{DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::Result;
 use crate::event::{Event, EventId, NewEvent};
-use crate::operation::{Advance, ChunkReport, NewOperation, Operation, OperationStatus};
+use crate::operation::{Advance, NewOperation, Operation, OperationKind, OperationStatus};
 use crate::payload::{NewSnapshot, PayloadConfig, Retention, StoredSnapshot};
 use crate::replay::ReplaySelection;
 
@@ -41,8 +41,8 @@ pub mod sqlite;
 mod types;
 
 pub use types::{
-    EventQuery, InsertMode, JobRow, JobStart, MinuteCount, Outcome, PoolGauges, Position,
-    RetryCount, StatusCount, StoreGauges, SubscriptionRow,
+    ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
+    Outcome, PoolGauges, Position, RetryCount, StatusCount, StoreGauges, SubscriptionRow,
 };
 
 pub(crate) mod sealed {
@@ -293,46 +293,47 @@ pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
     /// Failure groups, most open records first, then most records.
     async fn dlq_groups(&self, limit: u32) -> Result<Vec<DeadLetterGroup>>;
 
-    /// Applies `action` by `actor` to the record of `event_id`: the record after it (`None`
-    /// when purged). A retry sends the event back for delivery in the same transaction.
-    /// Fails with [`crate::Error::NotFound`] or [`crate::Error::Conflict`].
-    async fn dlq_act(
+    /// The event ids of `pending` records whose next auto retry is due at `now`, earliest due
+    /// first, at most `limit`.
+    async fn dlq_auto_retry_due(&self, now: Timestamp, limit: usize) -> Result<Vec<EventId>>;
+
+    /// The event ids of `resolved` or `abandoned` records last changed at or before `cutoff`,
+    /// at most `limit`.
+    async fn dlq_closed_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>>;
+
+    /// The ids of dead events (status `dlq`) created at or before `cutoff`, at most `limit`.
+    async fn dlq_dead_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>>;
+
+    /// The next records of a frozen selection: matching `filter`, with a position after
+    /// `after` and at most `bound`, oldest first, at most `limit`; each with its position.
+    async fn dlq_select(
         &self,
-        event_id: EventId,
-        action: Action,
-        actor: Actor,
-        now: Timestamp,
-    ) -> Result<Option<DeadLetter>>;
-
-    /// The auto-retry job: retries, as [`Actor::auto_retry`], at most `limit` pending records
-    /// whose next auto retry is due at `now`, in one transaction. Returns how many.
-    async fn dlq_auto_retry(&self, now: Timestamp, limit: usize) -> Result<u64>;
-
-    /// Retention: deletes at most `limit` resolved or abandoned records last changed at or
-    /// before `cutoff`, with their events if those are still dead. Returns how many.
-    async fn dlq_cleanup(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
-
-    /// Deletes dead events (status `dlq`) created at or before `cutoff`, with their records.
-    /// Returns how many events.
-    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64>;
-
-    /// One chunk of the bulk dead-letter operation `id` run by `holder`: the next `limit`
-    /// records of its frozen selection get its action, and its progress is written, in one
-    /// transaction; its lease is renewed until `now + lease`. Fails with
-    /// [`crate::Error::Conflict`] if `holder` does not hold it (or it is not running).
-    async fn dlq_bulk_chunk(
-        &self,
-        id: &str,
-        holder: &str,
+        filter: &DeadLetterFilter,
+        after: i64,
+        bound: i64,
         limit: usize,
-        lease: std::time::Duration,
-        now: Timestamp,
-    ) -> Result<ChunkReport>;
+    ) -> Result<Vec<(EventId, i64)>>;
+
+    /// Applies `batch.action` by `batch.actor` to each record of `batch.ids` in one
+    /// transaction, each under the rules of [`crate::dlq::apply`]; a retry sends the event
+    /// back for delivery in the same transaction. A record that is gone, that its status does
+    /// not allow the action, or that no longer matches `batch.still_matching` is passed over
+    /// with the reason ([`crate::Error::NotFound`] or [`crate::Error::Conflict`]). With
+    /// `batch.chunk`, the chunk's progress is written in the same transaction; if its holder
+    /// no longer holds the operation, nothing is written and the call fails with
+    /// [`crate::Error::Conflict`].
+    async fn dlq_act(&self, batch: ActBatch, now: Timestamp) -> Result<ActReport>;
+
+    /// Deletes events that are still dead and have no record (never expected: the purge by
+    /// age finds them). Returns how many.
+    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64>;
 }
 
-/// Durable operations (see [`crate::operation`]): creating, reading, claiming and cancelling
-/// them. Their chunks are run by the capability they act on
-/// ([`DeadLetterStore::dlq_bulk_chunk`], …).
+/// Durable operations (see [`crate::operation`]): creating, reading, claiming, advancing and
+/// cancelling them. Who may take one and what a cancel does are the pure rules of
+/// [`crate::operation::state`], which the stores apply to the row they read in the
+/// transaction that writes it. A chunk of a bulk dead-letter action is written with its
+/// actions by [`DeadLetterStore::dlq_act`].
 #[async_trait]
 pub trait OperationStore: sealed::Sealed + Send + Sync + 'static {
     /// Stores a new operation, `pending`.
@@ -341,17 +342,18 @@ pub trait OperationStore: sealed::Sealed + Send + Sync + 'static {
     /// One operation.
     async fn operation_get(&self, id: &str) -> Result<Option<Operation>>;
 
-    /// Operations, newest first; only `status` and only `kind` (exact) if given.
+    /// Operations, newest first; only `status` and only `kind` if given.
     async fn operation_list(
         &self,
         status: Option<OperationStatus>,
-        kind: Option<&str>,
+        kind: Option<OperationKind>,
         limit: u32,
     ) -> Result<Vec<Operation>>;
 
-    /// Takes operation `id` for `holder` until `now + lease`: a pending one starts running; a
-    /// running one whose holder's lease ran out is taken over. Returns it, or `None` if it
-    /// cannot be taken (finished, or held by a live holder).
+    /// Takes operation `id` for `holder` until `now + lease` if
+    /// [`state::may_claim`](crate::operation::state::may_claim) allows: a pending one starts
+    /// running; a running one whose holder's lease ran out is taken over. Returns it, or
+    /// `None` if it cannot be taken (finished, or held by a live holder).
     async fn operation_claim(
         &self,
         id: &str,
@@ -360,13 +362,13 @@ pub trait OperationStore: sealed::Sealed + Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<Option<Operation>>;
 
-    /// Operations that can be taken now (pending, or running with an expired lease), oldest
-    /// first.
-    async fn operation_claimable(&self, now: Timestamp, limit: u32) -> Result<Vec<Operation>>;
+    /// Open operations (pending or running), oldest first, at most `limit`: where a runner
+    /// looks for work it may take.
+    async fn operation_open(&self, limit: u32) -> Result<Vec<Operation>>;
 
-    /// Asks operation `id` to stop: a pending one is cancelled at once, a running one at its
-    /// next chunk. Fails with [`crate::Error::NotFound`], or [`crate::Error::Conflict`] if it
-    /// has finished.
+    /// Asks operation `id` to stop, as [`state::cancel`](crate::operation::state::cancel)
+    /// says: a pending one is cancelled at once, a running one at its next chunk. Fails with
+    /// [`crate::Error::NotFound`], or [`crate::Error::Conflict`] if it has finished.
     async fn operation_cancel(&self, id: &str, now: Timestamp) -> Result<Operation>;
 
     /// Lets go of operation `id` held by `holder` (a runner pausing at shutdown): its lease
@@ -441,22 +443,6 @@ pub enum Backend<'a> {
     #[doc(hidden)]
     #[cfg(not(all(feature = "sqlite", feature = "postgres")))]
     _Unused(std::marker::PhantomData<&'a ()>),
-}
-
-impl Backend<'_> {
-    /// Rows per chunk of a bulk operation that suit this store: SQLite has one writer, and
-    /// small chunks keep it free for publishers between them; PostgreSQL locks rows, not the
-    /// database, and larger chunks save round trips.
-    pub fn bulk_chunk(&self) -> usize {
-        match self {
-            #[cfg(feature = "sqlite")]
-            Backend::Sqlite(_) => 50,
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(_) => 500,
-            #[allow(unreachable_patterns)]
-            _ => 50,
-        }
-    }
 }
 
 /// The store's own life: wake-ups, its background work, closing.

@@ -3,9 +3,12 @@
 use serde::Serialize;
 use std::time::Duration;
 
+use crate::actor::Actor;
 use crate::clock::Timestamp;
-use crate::dlq::Death;
+use crate::dlq::{Action, DeadLetter, DeadLetterFilter, Death};
+use crate::error::Error;
 use crate::event::{EventId, EventStatus};
+use crate::operation::{Advance, Operation};
 
 /// A subscription as stored (the handler itself lives in memory).
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -259,6 +262,69 @@ impl StoreGauges {
                 .as_secs_f64()
         })
     }
+}
+
+/// A dead-letter action on many records, taken in one transaction by
+/// [`DeadLetterStore::dlq_act`](super::DeadLetterStore::dlq_act).
+#[derive(Debug, Clone)]
+pub struct ActBatch {
+    /// The records, by their events' ids.
+    pub ids: Vec<EventId>,
+    /// The action.
+    pub action: Action,
+    /// Who takes it.
+    pub actor: Actor,
+    /// Records that no longer match this filter when they are locked are passed over: a bulk
+    /// action's selection, read before the batch, checked again at the write.
+    pub still_matching: Option<DeadLetterFilter>,
+    /// The chunk of a bulk operation the batch is, written with it.
+    pub chunk: Option<ChunkWrite>,
+    /// Read each record acted on back in the same transaction, as it is after the action
+    /// (what one action returns to its caller).
+    pub read_back: bool,
+}
+
+impl ActBatch {
+    /// `action` by `actor` on `ids`, nothing else.
+    pub fn new(ids: Vec<EventId>, action: Action, actor: Actor) -> ActBatch {
+        ActBatch {
+            ids,
+            action,
+            actor,
+            still_matching: None,
+            chunk: None,
+            read_back: false,
+        }
+    }
+}
+
+/// The progress of a bulk operation's chunk, written in the transaction of its actions. The
+/// store fills in the counts: records acted on are processed, records passed over skipped.
+#[derive(Debug, Clone)]
+pub struct ChunkWrite {
+    /// The operation.
+    pub operation: String,
+    /// Its runner: the write is refused unless it still holds the operation.
+    pub holder: String,
+    /// How long the runner's lease is renewed for.
+    pub lease: Duration,
+    /// The chunk's cursor, end and expected cursor (counts are filled in).
+    pub advance: Advance,
+}
+
+/// What a batch did.
+#[derive(Debug)]
+pub struct ActReport {
+    /// How many records were acted on.
+    pub applied: u64,
+    /// The records passed over, each with why ([`crate::Error::NotFound`] or
+    /// [`crate::Error::Conflict`]).
+    pub skipped: Vec<(EventId, Error)>,
+    /// The operation after its chunk (with [`ActBatch::chunk`]).
+    pub operation: Option<Operation>,
+    /// The records acted on as they are after it, purged ones left out (with
+    /// [`ActBatch::read_back`]).
+    pub after: Vec<DeadLetter>,
 }
 
 #[cfg(test)]

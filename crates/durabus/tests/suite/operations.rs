@@ -21,6 +21,48 @@ fn pay(status: Option<DeadLetterStatus>) -> DeadLetterFilter {
     }
 }
 
+/// One chunk of bulk operation `op` as runner `holder` would write it, by the store's calls
+/// alone: the next `n` records of its selection, acted on with its progress in one
+/// transaction. A runner that does this and dies holds the operation until its lease runs out.
+async fn chunk(
+    store: &Arc<dyn durabus::Store>,
+    op_id: &str,
+    holder: &str,
+    n: usize,
+    now: durabus::Timestamp,
+) -> durabus::Result<durabus::ActReport> {
+    let op = store.operation_get(op_id).await?.expect("the operation");
+    let params: durabus::dlq::BulkParams = serde_json::from_value(op.params.clone()).unwrap();
+    let rows = store
+        .dlq_select(&params.filter, op.cursor, op.bound, n)
+        .await?;
+    let finished = rows.len() < n;
+    let cursor = if finished {
+        op.bound
+    } else {
+        rows.last().map_or(op.cursor, |r| r.1)
+    };
+    let batch = durabus::ActBatch {
+        ids: rows.iter().map(|r| r.0).collect(),
+        action: params.action,
+        actor: op.actor.clone(),
+        still_matching: Some(params.filter),
+        read_back: false,
+        chunk: Some(durabus::ChunkWrite {
+            operation: op.id.clone(),
+            holder: holder.into(),
+            lease: Duration::from_secs(30),
+            advance: durabus::operation::Advance {
+                cursor,
+                finish: finished.then_some(OperationStatus::Completed),
+                expect_cursor: Some((op.cursor, op.cursor_key.clone())),
+                ..Default::default()
+            },
+        }),
+    };
+    store.dlq_act(batch, now).await
+}
+
 fn options(holder: &str, chunk: usize) -> RunOptions {
     RunOptions {
         chunk: Some(chunk),
@@ -48,7 +90,7 @@ pub async fn a_bulk_action_previews_freezes_its_selection_and_finishes(h: &Harne
     let op = dl.submit(&request, &ann()).await.unwrap();
     assert_eq!(op.status, OperationStatus::Pending);
     assert_eq!(op.total, 5);
-    assert_eq!(op.kind, "dead_letters.retry");
+    assert_eq!(op.kind.as_str(), "dead_letters.retry");
     assert_eq!(op.actor, ann());
     // Dead letters that arrive after the submit are not in the selection.
     let after = bus.publish("pay.charge", &99u64).await.unwrap();
@@ -155,11 +197,14 @@ pub async fn a_bulk_run_killed_mid_way_resumes_without_doing_a_chunk_twice(h: &H
         .await
         .unwrap()
         .expect("claimed");
-    let first = store
-        .dlq_bulk_chunk(&op.id, "runner-a", 3, lease, h.clock.now())
+    let first = chunk(&store, &op.id, "runner-a", 3, h.clock.now())
         .await
         .unwrap();
-    assert_eq!((first.processed, first.finished), (3, false));
+    let written = first.operation.expect("the chunk's progress");
+    assert_eq!(
+        (first.applied, written.processed, written.status),
+        (3, 3, OperationStatus::Running)
+    );
     // Runner B cannot take it while A's lease runs.
     let ops = bus.operations();
     let busy = ops
@@ -182,11 +227,16 @@ pub async fn a_bulk_run_killed_mid_way_resumes_without_doing_a_chunk_twice(h: &H
             "each retried exactly once"
         );
     }
-    let stale = store
-        .dlq_bulk_chunk(&op.id, "runner-a", 3, lease, h.clock.now())
+    let stale = chunk(&store, &op.id, "runner-a", 3, h.clock.now())
         .await
         .unwrap_err();
     assert_eq!(stale.kind(), ErrorKind::Conflict);
+    let after = store.operation_get(&op.id).await.unwrap().unwrap();
+    assert_eq!(
+        (after.processed, after.status),
+        (7, OperationStatus::Completed),
+        "a refused chunk writes nothing"
+    );
     bus.shutdown().await.unwrap();
 }
 
@@ -226,8 +276,7 @@ pub async fn an_operation_is_cancelled_between_chunks(h: &Harness) {
         .operation_claim(&op.id, "runner", lease, h.clock.now())
         .await
         .unwrap();
-    store
-        .dlq_bulk_chunk(&op.id, "runner", 2, lease, h.clock.now())
+    chunk(&store, &op.id, "runner", 2, h.clock.now())
         .await
         .unwrap();
     assert_eq!(
@@ -251,6 +300,160 @@ pub async fn an_operation_is_cancelled_between_chunks(h: &Harness) {
         .await
         .unwrap();
     assert_eq!(abandoned.items.len(), 2);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_batch_passes_over_records_that_left_its_selection(h: &Harness) {
+    let bus = paying_bus(h, Arc::new(AtomicBool::new(false))).await;
+    let dl = bus.dead_letters();
+    let (a, b) = (
+        bus.publish("pay.charge", &1u64).await.unwrap(),
+        bus.publish("pay.charge", &2u64).await.unwrap(),
+    );
+    // Both were selected as pending; then an operator abandons one before the batch runs.
+    dl.abandon(b, Some("gave up"), &ann()).await.unwrap();
+    let store = bus.store();
+    let batch = durabus::ActBatch {
+        still_matching: Some(pay(Some(DeadLetterStatus::Pending))),
+        ..durabus::ActBatch::new(vec![a, b, durabus::EventId::new()], Action::Retry, ann())
+    };
+    let report = store.dlq_act(batch, h.clock.now()).await.unwrap();
+    assert_eq!(report.applied, 1);
+    let skipped: Vec<_> = report
+        .skipped
+        .iter()
+        .map(|(id, e)| (*id, e.kind()))
+        .collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(skipped.contains(&(b, ErrorKind::Conflict)), "{skipped:?}");
+    assert!(
+        skipped.iter().any(|(_, k)| *k == ErrorKind::NotFound),
+        "{skipped:?}"
+    );
+    let abandoned = dl.get(b).await.unwrap();
+    assert_eq!(
+        (abandoned.status, abandoned.manual_retry_count),
+        (DeadLetterStatus::Abandoned, 0),
+        "passed over, not retried"
+    );
+    assert_eq!(dl.get(a).await.unwrap().manual_retry_count, 1);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_chunk_refused_by_its_operation_writes_none_of_its_actions(h: &Harness) {
+    let bus = paying_bus(h, Arc::new(AtomicBool::new(false))).await;
+    let dl = bus.dead_letters();
+    for i in 0..4u64 {
+        bus.publish("pay.charge", &i).await.unwrap();
+    }
+    let request = BulkRequest {
+        filter: pay(None),
+        action: Action::Abandon { note: None },
+        all: false,
+    };
+    let op = dl.submit(&request, &ann()).await.unwrap();
+    let store = bus.store();
+    // Not claimed by "nobody": its chunk is refused and its actions rolled back.
+    let refused = chunk(&store, &op.id, "nobody", 2, h.clock.now())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::Conflict);
+    // Claimed, but a chunk read at a cursor another write has moved past is refused too.
+    store
+        .operation_claim(&op.id, "runner", Duration::from_secs(30), h.clock.now())
+        .await
+        .unwrap()
+        .expect("claimed");
+    let params: durabus::dlq::BulkParams = serde_json::from_value(op.params.clone()).unwrap();
+    let rows = store
+        .dlq_select(&params.filter, 0, op.bound, 2)
+        .await
+        .unwrap();
+    chunk(&store, &op.id, "runner", 2, h.clock.now())
+        .await
+        .unwrap();
+    let stale = durabus::ActBatch {
+        chunk: Some(durabus::ChunkWrite {
+            operation: op.id.clone(),
+            holder: "runner".into(),
+            lease: Duration::from_secs(30),
+            advance: durabus::operation::Advance {
+                cursor: rows[1].1,
+                expect_cursor: Some((0, String::new())),
+                ..Default::default()
+            },
+        }),
+        ..durabus::ActBatch::new(
+            rows.iter().map(|r| r.0).collect(),
+            Action::Resolve {
+                note: "twice".into(),
+            },
+            ann(),
+        )
+    };
+    let e = store.dlq_act(stale, h.clock.now()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    for (id, _) in &rows {
+        assert_eq!(
+            dl.get(*id).await.unwrap().status,
+            DeadLetterStatus::Abandoned,
+            "the refused chunk's resolves were rolled back"
+        );
+    }
+    let after = store.operation_get(&op.id).await.unwrap().unwrap();
+    assert_eq!((after.processed, after.cursor), (2, rows[1].1));
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn open_operations_are_listed_and_taken_by_the_rules(h: &Harness) {
+    let bus = paying_bus(h, Arc::new(AtomicBool::new(false))).await;
+    let dl = bus.dead_letters();
+    bus.publish("pay.charge", &1u64).await.unwrap();
+    let request = BulkRequest {
+        filter: pay(None),
+        action: Action::Retry,
+        all: false,
+    };
+    let (first, second) = (
+        dl.submit(&request, &ann()).await.unwrap(),
+        dl.submit(&request, &ann()).await.unwrap(),
+    );
+    let ops = bus.operations();
+    ops.cancel(&second.id).await.unwrap();
+    let store = bus.store();
+    let open = store.operation_open(10).await.unwrap();
+    assert_eq!(
+        open.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
+        vec![first.id.as_str()],
+        "a cancelled one is not open"
+    );
+    let lease = Duration::from_secs(30);
+    let held = store
+        .operation_claim(&first.id, "a", lease, h.clock.now())
+        .await
+        .unwrap()
+        .expect("claimed");
+    assert_eq!(held.holder.as_deref(), Some("a"));
+    assert_eq!(held.lease_expires_at, Some(h.clock.now().plus(lease)));
+    assert!(
+        ops.claimable().await.unwrap().is_empty(),
+        "held by a live runner"
+    );
+    assert!(
+        store
+            .operation_claim(&first.id, "b", lease, h.clock.now())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    h.advance(lease);
+    assert_eq!(ops.claimable().await.unwrap().len(), 1, "its lease ran out");
+    let taken = store
+        .operation_claim(&first.id, "b", lease, h.clock.now())
+        .await
+        .unwrap()
+        .expect("taken over");
+    assert_eq!(taken.holder.as_deref(), Some("b"));
     bus.shutdown().await.unwrap();
 }
 

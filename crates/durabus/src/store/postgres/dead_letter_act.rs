@@ -4,22 +4,23 @@
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use super::dead_letter_rows::{opt_ts, u32_col};
-use super::dead_letters::{get, i32_of};
+use super::dead_letter_rows::{i32_of, opt_ts, u32_col};
 use super::q;
 use super::sql_ops::PgOpsSql;
+use crate::actor::Actor;
 use crate::clock::Timestamp;
-use crate::dlq::sum_deltas;
-use crate::dlq::{Action, Actor, Change, DeadLetter, State, apply, group_delta};
+use crate::dlq::{Action, Change, DeadLetterFilter, Head, State, apply, group_delta, sum_deltas};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::EventId;
 use crate::store::recovery::requeue;
 
-/// A record locked for an action: its lifecycle and group.
+/// A record locked for an action: its lifecycle, its group, and what a selection looks at.
 pub(super) struct Locked {
     pub(super) id: EventId,
     pub(super) state: State,
     pub(super) fingerprint: String,
+    pub(super) event_type: String,
+    pub(super) subscription: Option<String>,
 }
 
 /// What acting on many records did.
@@ -40,14 +41,15 @@ pub(super) fn opt_i64(t: Option<Timestamp>) -> Option<i64> {
 /// Applies `action` by `actor` to the records of `ids` in the caller's transaction, set-based:
 /// the records are locked and read in one statement, [`apply`] decides each in Rust, and the
 /// writes go out as one statement each (requeue, new lifecycles, deletes, group counts).
-/// Records whose state does not allow the action (or that are gone) are skipped with the
-/// reason.
+/// Records whose state does not allow the action, that no longer match `still_matching`, or
+/// that are gone are skipped with the reason.
 pub(super) async fn act_many(
     conn: &mut PgConnection,
     ops: &PgOpsSql,
     ids: &[EventId],
     action: &Action,
     actor: &Actor,
+    still_matching: Option<&DeadLetterFilter>,
     now: Timestamp,
 ) -> Result<Many> {
     let mut many = Many::default();
@@ -77,6 +79,8 @@ pub(super) async fn act_many(
                     rounds: u32_col(r, "rounds")?,
                 },
                 fingerprint: r.try_get("fingerprint")?,
+                event_type: r.try_get("event_type")?,
+                subscription: r.try_get("subscription")?,
             })
         })
         .collect::<Result<_>>()?;
@@ -93,6 +97,17 @@ pub(super) async fn act_many(
     let mut updates: Vec<(Locked, State, bool)> = Vec::new();
     let mut deletes: Vec<Locked> = Vec::new();
     for l in locked {
+        let head = Head {
+            status: l.state.status,
+            event_type: &l.event_type,
+            subscription: l.subscription.as_deref(),
+            fingerprint: &l.fingerprint,
+            created_at: l.state.created_at,
+        };
+        if let Some(Err(e)) = still_matching.map(|f| f.check(l.id, &head)) {
+            many.skipped.push((l.id, e));
+            continue;
+        }
         match apply(l.id, &l.state, action, actor, now) {
             Ok(Change::Update { state, requeue }) => updates.push((l, state, requeue)),
             Ok(Change::Delete) => deletes.push(l),
@@ -210,22 +225,4 @@ pub(super) async fn act_many(
     }
     many.processed = (updates.len() + deletes.len()) as u64;
     Ok(many)
-}
-
-/// Applies `action` to the record of `id` in the caller's transaction. Returns the record
-/// after it (`None`: purged) and whether the event went back for delivery; the reason when
-/// its state does not allow the action.
-pub(super) async fn act(
-    conn: &mut PgConnection,
-    ops: &PgOpsSql,
-    id: EventId,
-    action: &Action,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<(Option<DeadLetter>, bool)> {
-    let mut many = act_many(&mut *conn, ops, &[id], action, actor, now).await?;
-    if let Some((_, e)) = many.skipped.pop() {
-        return Err(e);
-    }
-    Ok((get(conn, ops, id).await?, many.requeued))
 }

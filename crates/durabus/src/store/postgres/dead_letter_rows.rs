@@ -1,11 +1,13 @@
 //! Reading dead-letter records and their summaries from PostgreSQL rows.
 
-use sqlx::Row;
 use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
+use super::q;
+use super::sql_ops::PgOpsSql;
 use crate::clock::Timestamp;
-use crate::dlq::{DeadLetter, DeadLetterSummary};
+use crate::dlq::{DeadLetter, DeadLetterSummary, State};
 use crate::error::{Error, Result};
 use crate::event::EventId;
 
@@ -77,4 +79,53 @@ pub(super) fn summary(row: &PgRow) -> Result<DeadLetterSummary> {
         last_retry_by: row.try_get("last_retry_by")?,
         resolved_by: row.try_get("resolved_by")?,
     })
+}
+
+pub(super) fn state_of(d: &DeadLetter, rounds: u32) -> State {
+    State {
+        status: d.status,
+        auto_retry_count: d.auto_retry_count,
+        manual_retry_count: d.manual_retry_count,
+        next_auto_retry_at: d.next_auto_retry_at,
+        created_at: d.created_at,
+        last_retry_at: d.last_retry_at,
+        last_retry_by: d.last_retry_by.clone(),
+        resolved_at: d.resolved_at,
+        resolved_by: d.resolved_by.clone(),
+        resolution_note: d.resolution_note.clone(),
+        rounds,
+    }
+}
+
+pub(super) fn i32_of(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+pub(super) async fn lock(
+    conn: &mut PgConnection,
+    ops: &PgOpsSql,
+    id: EventId,
+) -> Result<Option<(DeadLetter, u32)>> {
+    q(&ops.dl_lock)
+        .bind(id.0)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(dead_letter)
+        .transpose()
+}
+
+pub(super) async fn get(
+    conn: &mut PgConnection,
+    ops: &PgOpsSql,
+    id: EventId,
+) -> Result<Option<DeadLetter>> {
+    Ok(q(&ops.dl_get)
+        .bind(id.0)
+        .fetch_optional(conn)
+        .await?
+        .as_ref()
+        .map(dead_letter)
+        .transpose()?
+        .map(|(d, _)| d))
 }

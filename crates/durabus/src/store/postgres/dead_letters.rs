@@ -2,77 +2,25 @@
 //! dead-letters an event, read, and acted on; each action applies
 //! [`crate::dlq::apply`] to the record locked `FOR UPDATE` in one transaction.
 
-use std::time::Duration;
-
 use async_trait::async_trait;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use super::dead_letter_act::{act, act_many};
-use super::dead_letter_rows::{dead_letter, json, summary};
+use super::dead_letter_act::act_many;
+use super::dead_letter_rows::{dead_letter, i32_of, json, lock, state_of, summary};
 use super::insert::{Notice, Rows, insert_rows};
+use super::operations::{Chunk, write_advance};
 use super::sql::PgSql;
 use super::sql_ops::{Arg, PgOpsSql};
 use super::{PgStore, json_list, q, tx};
 use crate::clock::Timestamp;
 use crate::dlq::{
-    Action, Actor, ActorKind, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
-    DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
-    group_delta, plan_death,
+    DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus, DeadLetterSummary, Death,
+    ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State, group_delta, plan_death,
 };
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::event::EventId;
-use crate::operation::{ChunkReport, OperationStatus};
-use crate::store::DeadLetterStore;
-
-pub(super) fn state_of(d: &DeadLetter, rounds: u32) -> State {
-    State {
-        status: d.status,
-        auto_retry_count: d.auto_retry_count,
-        manual_retry_count: d.manual_retry_count,
-        next_auto_retry_at: d.next_auto_retry_at,
-        created_at: d.created_at,
-        last_retry_at: d.last_retry_at,
-        last_retry_by: d.last_retry_by.clone(),
-        resolved_at: d.resolved_at,
-        resolved_by: d.resolved_by.clone(),
-        resolution_note: d.resolution_note.clone(),
-        rounds,
-    }
-}
-
-pub(super) fn i32_of(n: u32) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
-pub(super) async fn lock(
-    conn: &mut PgConnection,
-    ops: &PgOpsSql,
-    id: EventId,
-) -> Result<Option<(DeadLetter, u32)>> {
-    q(&ops.dl_lock)
-        .bind(id.0)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(dead_letter)
-        .transpose()
-}
-
-pub(super) async fn get(
-    conn: &mut PgConnection,
-    ops: &PgOpsSql,
-    id: EventId,
-) -> Result<Option<DeadLetter>> {
-    Ok(q(&ops.dl_get)
-        .bind(id.0)
-        .fetch_optional(conn)
-        .await?
-        .as_ref()
-        .map(dead_letter)
-        .transpose()?
-        .map(|(d, _)| d))
-}
+use crate::store::{ActBatch, ActReport, DeadLetterStore};
 
 pub(super) async fn adjust(conn: &mut PgConnection, ops: &PgOpsSql, d: &GroupDelta) -> Result<()> {
     if d.count == 0 && d.open == 0 {
@@ -248,23 +196,20 @@ fn bind_args<'q>(
     query
 }
 
-async fn event_ids(
-    conn: &mut PgConnection,
-    text: &str,
-    at: i64,
-    limit: i64,
-) -> Result<Vec<EventId>> {
-    Ok(q(text)
-        .bind(at)
-        .bind(limit)
-        .fetch_all(conn)
-        .await?
-        .iter()
-        .map(|r| r.try_get::<Uuid, _>(0).map(EventId))
-        .collect::<std::result::Result<_, _>>()?)
-}
-
 impl PgStore {
+    /// Event ids from `text` with bounds `at` and `limit`.
+    async fn event_ids(&self, text: &str, at: i64, limit: usize) -> Result<Vec<EventId>> {
+        self.check()?;
+        Ok(q(text)
+            .bind(at)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<Uuid, _>(0).map(EventId))
+            .collect::<std::result::Result<_, _>>()?)
+    }
+
     /// Runs `act` in a transaction of its own; wakes workers if it sent events back.
     async fn acting<T: Send>(
         &self,
@@ -286,12 +231,6 @@ impl PgStore {
 /// A boxed future (what an async closure borrowing a connection returns).
 mod futures_like {
     pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
-}
-
-#[derive(serde::Deserialize)]
-struct BulkParams {
-    filter: DeadLetterFilter,
-    action: Action,
 }
 
 #[async_trait]
@@ -325,7 +264,7 @@ impl DeadLetterStore for PgStore {
     async fn dlq_get(&self, event_id: EventId) -> Result<Option<DeadLetter>> {
         self.check()?;
         let mut conn = self.pool.acquire().await?;
-        get(&mut conn, &self.sql.ops, event_id).await
+        super::dead_letter_rows::get(&mut conn, &self.sql.ops, event_id).await
     }
 
     async fn dlq_count(&self, filter: DeadLetterFilter, bound: Option<i64>) -> Result<u64> {
@@ -369,199 +308,108 @@ impl DeadLetterStore for PgStore {
             .collect()
     }
 
-    async fn dlq_act(
-        &self,
-        event_id: EventId,
-        action: Action,
-        actor: Actor,
-        now: Timestamp,
-    ) -> Result<Option<DeadLetter>> {
-        let sql = self.sql.clone();
-        self.acting(move |conn| {
-            Box::pin(async move { act(conn, &sql.ops, event_id, &action, &actor, now).await })
-        })
-        .await
+    async fn dlq_auto_retry_due(&self, now: Timestamp, limit: usize) -> Result<Vec<EventId>> {
+        self.event_ids(&self.sql.ops.dl_auto_due, now.as_millis(), limit)
+            .await
     }
 
-    async fn dlq_auto_retry(&self, now: Timestamp, limit: usize) -> Result<u64> {
+    async fn dlq_closed_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>> {
+        self.event_ids(&self.sql.ops.dl_closed_before, cutoff.as_millis(), limit)
+            .await
+    }
+
+    async fn dlq_dead_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>> {
+        self.event_ids(&self.sql.ops.dl_dead_before, cutoff.as_millis(), limit)
+            .await
+    }
+
+    async fn dlq_select(
+        &self,
+        filter: &DeadLetterFilter,
+        after: i64,
+        bound: i64,
+        limit: usize,
+    ) -> Result<Vec<(EventId, i64)>> {
+        self.check()?;
+        let (text, args) = self.sql.ops.dl_chunk(filter, after, bound, limit.max(1));
+        bind_args(q(&text), args)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| Ok((EventId(r.try_get::<Uuid, _>(0)?), r.try_get(1)?)))
+            .collect()
+    }
+
+    async fn dlq_act(&self, batch: ActBatch, now: Timestamp) -> Result<ActReport> {
         let sql = self.sql.clone();
+        let channel = self.channel.clone();
         self.acting(move |conn| {
             Box::pin(async move {
                 let ops = &sql.ops;
-                let due = event_ids(
-                    &mut *conn,
-                    &ops.dl_auto_due,
-                    now.as_millis(),
-                    i64::try_from(limit).unwrap_or(i64::MAX),
-                )
-                .await?;
                 let many = act_many(
                     &mut *conn,
                     ops,
-                    &due,
-                    &Action::Retry,
-                    &Actor::auto_retry(),
+                    &batch.ids,
+                    &batch.action,
+                    &batch.actor,
+                    batch.still_matching.as_ref(),
                     now,
                 )
                 .await?;
-                for (id, e) in &many.skipped {
-                    tracing::warn!(event_id = %id, error = %e, "auto retry skipped");
+                let mut report = ActReport {
+                    applied: many.processed,
+                    skipped: many.skipped,
+                    operation: None,
+                    after: Vec::new(),
+                };
+                if batch.read_back {
+                    for id in &batch.ids {
+                        if report.skipped.iter().any(|(s, _)| s == id) {
+                            continue;
+                        }
+                        let got = super::dead_letter_rows::get(&mut *conn, ops, *id).await?;
+                        report.after.extend(got);
+                    }
                 }
-                Ok((many.processed, many.requeued))
+                if let Some(chunk) = &batch.chunk {
+                    // The actions are set-based statements: "halfway" is after them, before
+                    // the progress and the commit.
+                    crate::fail_point!("bulk.chunk");
+                    let mut advance = chunk.advance.clone();
+                    advance.processed = report.applied;
+                    advance.skipped = report.skipped.len() as u64;
+                    let write = Chunk {
+                        id: &chunk.operation,
+                        holder: &chunk.holder,
+                        lease_until: now.plus(chunk.lease),
+                    };
+                    report.operation = Some(
+                        write_advance(&mut *conn, &sql, &channel, &write, &advance, now).await?,
+                    );
+                }
+                Ok((report, many.requeued))
             })
         })
         .await
     }
 
-    async fn dlq_cleanup(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
-        let sql = self.sql.clone();
-        self.acting(move |conn| {
-            Box::pin(async move {
-                let ops = &sql.ops;
-                let old = event_ids(
-                    &mut *conn,
-                    &ops.dl_closed_before,
-                    cutoff.as_millis(),
-                    i64::try_from(limit).unwrap_or(i64::MAX),
-                )
-                .await?;
-                let actor = Actor::new("retention", ActorKind::Auto);
-                let many = act_many(&mut *conn, ops, &old, &Action::Purge, &actor, cutoff).await?;
-                Ok((many.processed, false))
-            })
-        })
-        .await
-    }
-
-    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64> {
-        let sql = self.sql.clone();
-        self.acting(move |conn| {
-            Box::pin(async move {
-                let ops = &sql.ops;
-                let dead: Vec<EventId> = q(&ops.dl_dead_before)
-                    .bind(cutoff.as_millis())
-                    .fetch_all(&mut *conn)
-                    .await?
-                    .iter()
-                    .map(|r| r.try_get::<Uuid, _>(0).map(EventId))
-                    .collect::<std::result::Result<_, _>>()?;
-                let actor = Actor::new("purge", ActorKind::Library);
-                let many = act_many(&mut *conn, ops, &dead, &Action::Purge, &actor, cutoff).await?;
-                // Events without a record (never expected): deleted alone.
-                let orphans: Vec<Uuid> = many
-                    .skipped
-                    .iter()
-                    .filter(|(_, e)| e.kind() == ErrorKind::NotFound)
-                    .map(|(id, _)| id.0)
-                    .collect();
-                if !orphans.is_empty() {
-                    q(&ops.dl_delete_many)
-                        .bind(&orphans)
-                        .execute(&mut *conn)
-                        .await?;
-                }
-                Ok((dead.len() as u64, false))
-            })
-        })
-        .await
-    }
-
-    async fn dlq_bulk_chunk(
-        &self,
-        id: &str,
-        holder: &str,
-        limit: usize,
-        lease: Duration,
-        now: Timestamp,
-    ) -> Result<ChunkReport> {
-        let sql = self.sql.clone();
-        let (id, holder) = (id.to_owned(), holder.to_owned());
-        let limit = limit.max(1);
-        self.acting(move |conn| {
-            Box::pin(async move {
-                let ops = &sql.ops;
-                let head = q(&ops.op_head)
-                    .bind(&id)
-                    .fetch_optional(&mut *conn)
-                    .await?
-                    .ok_or_else(|| Error::NotFound {
-                        what: format!("operation {id}"),
-                    })?;
-                let status: String = head.try_get("status")?;
-                let held: Option<String> = head.try_get("holder")?;
-                if status != OperationStatus::Running.as_str() || held.as_deref() != Some(&holder) {
-                    return Err(Error::Conflict {
-                        what: format!("operation {id}"),
-                        status,
-                        message: format!(
-                            "operation {id} is not running in this process (another took it over, or it ended)"
-                        ),
-                    });
-                }
-                let cancel: bool = head.try_get("cancel_requested")?;
-                let bound: i64 = head.try_get("bound")?;
-                let cursor: i64 = head.try_get("cursor")?;
-                let expires = now.plus(lease).as_millis();
-                let progress = |cursor: i64, r: ChunkReport, st: OperationStatus| {
-                    q(&ops.op_progress)
-                        .bind(id.clone())
-                        .bind(cursor)
-                        .bind(i64::try_from(r.processed).unwrap_or(i64::MAX))
-                        .bind(i64::try_from(r.skipped).unwrap_or(i64::MAX))
-                        .bind(i64::try_from(r.errors).unwrap_or(i64::MAX))
-                        .bind(st.as_str())
-                        .bind(expires)
-                        .bind(now.as_millis())
-                };
-                if cancel {
-                    progress(cursor, ChunkReport::default(), OperationStatus::Cancelled)
-                        .execute(&mut *conn)
-                        .await?;
-                    return Ok((
-                        ChunkReport {
-                            finished: true,
-                            ..ChunkReport::default()
-                        },
-                        false,
-                    ));
-                }
-                let params: BulkParams =
-                    serde_json::from_str(&head.try_get::<String, _>("params")?).map_err(|e| {
-                        Error::corrupt(format!("the parameters of operation {id}"), e)
-                    })?;
-                let kind: ActorKind = serde_json::from_value(serde_json::Value::String(
-                    head.try_get("actor_kind")?,
-                ))
-                .map_err(|e| Error::corrupt(format!("the actor of operation {id}"), e))?;
-                let actor = Actor::new(head.try_get::<String, _>("actor")?, kind);
-                let (text, args) = ops.dl_chunk(&params.filter, cursor, bound, limit);
-                let rows: Vec<(Uuid, i64)> = bind_args(q(&text), args)
-                    .fetch_all(&mut *conn)
-                    .await?
-                    .iter()
-                    .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                    .collect::<Result<_>>()?;
-                let ids: Vec<EventId> = rows.iter().map(|(id, _)| EventId(*id)).collect();
-                let many = act_many(&mut *conn, ops, &ids, &params.action, &actor, now).await?;
-                // The chunk is one set-based statement: "halfway" is after it, before commit.
-                crate::fail_point!("bulk.chunk");
-                let mut report = ChunkReport {
-                    processed: many.processed,
-                    skipped: many.skipped.len() as u64,
-                    ..ChunkReport::default()
-                };
-                let requeued = many.requeued;
-                let last = rows.last().map_or(cursor, |(_, seq)| *seq);
-                report.finished = rows.len() < limit;
-                let (cursor, st) = if report.finished {
-                    (bound, OperationStatus::Completed)
-                } else {
-                    (last, OperationStatus::Running)
-                };
-                progress(cursor, report, st).execute(&mut *conn).await?;
-                Ok((report, requeued))
-            })
-        })
-        .await
+    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64> {
+        self.check()?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+        let mut tx = tx::begin(&self.pool).await?;
+        let n = q(&self.sql.ops.dl_count_dead)
+            .bind(&raw)
+            .fetch_one(&mut *tx)
+            .await?
+            .try_get::<i64, _>(0)?;
+        q(&self.sql.ops.dl_delete_many)
+            .bind(&raw)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 }

@@ -17,7 +17,7 @@ pub const DL_SUMMARY_COLUMNS: &str = "event_id, seq, event_type, subscription, l
 /// The columns every operation query selects.
 pub const OP_COLUMNS: &str = "id::text AS id, kind, status, params, bound, cursor, total, processed, \
      skipped, errors, actor, actor_kind, cancel_requested, created_at, started_at, finished_at, \
-     updated_at, last_error, cursor_key, summary";
+     updated_at, last_error, cursor_key, summary, holder, lease_expires_at";
 
 /// Statements for one schema.
 #[derive(Debug, Clone)]
@@ -37,6 +37,7 @@ pub struct PgOpsSql {
     pub dl_auto_due: String,
     pub dl_closed_before: String,
     pub dl_dead_before: String,
+    pub dl_count_dead: String,
     pub dl_max_seq: String,
     pub group_adjust: String,
     pub group_prune: String,
@@ -46,9 +47,8 @@ pub struct PgOpsSql {
     pub op_get: String,
     pub op_list: String,
     pub op_claim: String,
-    pub op_claimable: String,
-    pub op_head: String,
-    pub op_progress: String,
+    pub op_lock: String,
+    pub op_open: String,
     pub op_advance: String,
     pub op_cancel: String,
     pub op_fail: String,
@@ -83,7 +83,7 @@ impl PgOpsSql {
             dl_lock_states: format!(
                 "SELECT event_id, seq, status, auto_retry_count, manual_retry_count, next_auto_retry_at,
                      created_at, last_retry_at, last_retry_by, resolved_at, resolved_by, resolution_note,
-                     rounds, fingerprint
+                     rounds, fingerprint, event_type, subscription
                  FROM {s}.dead_letters WHERE event_id = ANY($1) ORDER BY seq FOR UPDATE"
             ),
             // New lifecycles of many records, one statement.
@@ -145,15 +145,18 @@ impl PgOpsSql {
             dl_auto_due: format!(
                 "SELECT event_id FROM {s}.dead_letters
                  WHERE status = 'pending' AND next_auto_retry_at IS NOT NULL AND next_auto_retry_at <= $1
-                 ORDER BY next_auto_retry_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+                 ORDER BY next_auto_retry_at LIMIT $2"
             ),
             dl_closed_before: format!(
                 "SELECT event_id FROM {s}.dead_letters
                  WHERE status IN ('resolved', 'abandoned') AND updated_at <= $1
-                 LIMIT $2 FOR UPDATE SKIP LOCKED"
+                 LIMIT $2"
             ),
             dl_dead_before: format!(
-                "SELECT id FROM {s}.events WHERE status = 'dlq' AND created_at <= $1"
+                "SELECT id FROM {s}.events WHERE status = 'dlq' AND created_at <= $1 LIMIT $2"
+            ),
+            dl_count_dead: format!(
+                "SELECT count(*) FROM {s}.events WHERE id = ANY($1) AND status = 'dlq'"
             ),
             dl_max_seq: format!("SELECT coalesce(max(seq), 0) FROM {s}.dead_letters"),
             group_adjust: format!(
@@ -191,27 +194,17 @@ impl PgOpsSql {
                  WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR kind = $2)
                  ORDER BY created_at DESC, id DESC LIMIT $3"
             ),
+            // Taken once `operation::state::may_claim` allowed it, on the row locked by op_lock.
             op_claim: format!(
                 "UPDATE {s}.operations SET status = 'running', holder = $2, lease_expires_at = $3,
                      started_at = coalesce(started_at, $4), updated_at = $4
-                 WHERE id = $1::uuid AND (status = 'pending'
-                     OR (status = 'running' AND (holder IS NULL OR lease_expires_at <= $4 OR holder = $2)))
+                 WHERE id = $1::uuid
                  RETURNING {OP_COLUMNS}"
             ),
-            op_claimable: format!(
+            op_lock: format!("SELECT {OP_COLUMNS} FROM {s}.operations WHERE id = $1::uuid FOR UPDATE"),
+            op_open: format!(
                 "SELECT {OP_COLUMNS} FROM {s}.operations
-                 WHERE status = 'pending' OR (status = 'running' AND (holder IS NULL OR lease_expires_at <= $1))
-                 ORDER BY created_at LIMIT $2"
-            ),
-            op_head: format!(
-                "SELECT status, holder, cancel_requested, bound, cursor, params, kind, actor, actor_kind
-                 FROM {s}.operations WHERE id = $1::uuid FOR UPDATE"
-            ),
-            op_progress: format!(
-                "UPDATE {s}.operations SET cursor = $2, processed = processed + $3, skipped = skipped + $4,
-                     errors = errors + $5, status = $6, lease_expires_at = $7, updated_at = $8,
-                     finished_at = CASE WHEN $6 IN ('completed', 'cancelled', 'failed') THEN $8 END
-                 WHERE id = $1::uuid"
+                 WHERE status IN ('pending', 'running') ORDER BY created_at LIMIT $1"
             ),
             op_advance: format!(
                 "UPDATE {s}.operations SET cursor = $2, cursor_key = $3, processed = processed + $4,
@@ -221,13 +214,15 @@ impl PgOpsSql {
                      finished_at = CASE WHEN $8::text IS NULL THEN finished_at ELSE $11 END,
                      updated_at = $11
                  WHERE id = $1::uuid AND status = 'running' AND holder = $12
+                     AND ($13::bigint IS NULL OR (cursor = $13 AND cursor_key = $14))
                  RETURNING {OP_COLUMNS}"
             ),
+            // A cancel request with the status and end `operation::state::cancel` gave it.
             op_cancel: format!(
-                "UPDATE {s}.operations SET cancel_requested = true, updated_at = $2,
-                     status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-                     finished_at = CASE WHEN status = 'pending' THEN $2 ELSE finished_at END
-                 WHERE id = $1::uuid AND status IN ('pending', 'running')"
+                "UPDATE {s}.operations SET cancel_requested = true, updated_at = $2, status = $3,
+                     finished_at = coalesce($4, finished_at)
+                 WHERE id = $1::uuid
+                 RETURNING {OP_COLUMNS}"
             ),
             op_fail: format!(
                 "UPDATE {s}.operations SET status = 'failed', last_error = $3, finished_at = $4, updated_at = $4

@@ -1,322 +1,109 @@
-//! Dead-letter records on SQLite: written with the outcome that dead-letters an event, read,
-//! and acted on, each action applying [`crate::dlq::apply`] inside one writer
-//! transaction.
-
-use std::time::Duration;
+//! Dead-letter records on SQLite: written with the outcome that dead-letters an event (in
+//! `row_writes.rs`), read, selected, and acted on in batches, each record under
+//! [`crate::dlq::apply`] inside one writer transaction.
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
-use super::dead_letter_jobs::{AutoRetry, BulkChunk, Cleanup, PurgeDead};
-use super::dead_letter_rows::{dead_letter_from_row, json, status, summary_from_row, ts};
-use super::events::insert_events;
+use super::dead_letter_rows::{dead_letter_from_row, json, summary_from_row};
 use super::op::WriteOp;
-use super::rows::json_list;
+use super::row_writes::{apply_action, delete_dead_event};
 use super::sql::Sql;
-use super::sql_ops::OpsSql;
 use crate::clock::Timestamp;
-use crate::dlq::{
-    Action, Actor, Change, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
-    DeadLetterSummary, Death, ErrorRound, Existing, GROUP_TYPES_LISTED, GroupDelta, Keyset, State,
-    apply, group_delta, plan_death,
-};
-use crate::error::{Error, Result};
-use crate::event::{EventId, EventStatus};
-use crate::operation::ChunkReport;
-use crate::store::DeadLetterStore;
-use crate::store::recovery::requeue;
+use crate::dlq::{DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterSummary, Keyset};
+use crate::error::{ErrorKind, Result};
+use crate::event::EventId;
+use crate::store::{ActBatch, ActReport, DeadLetterStore};
 
-fn state_of(d: &DeadLetter, rounds: u32) -> State {
-    State {
-        status: d.status,
-        auto_retry_count: d.auto_retry_count,
-        manual_retry_count: d.manual_retry_count,
-        next_auto_retry_at: d.next_auto_retry_at,
-        created_at: d.created_at,
-        last_retry_at: d.last_retry_at,
-        last_retry_by: d.last_retry_by.clone(),
-        resolved_at: d.resolved_at,
-        resolved_by: d.resolved_by.clone(),
-        resolution_note: d.resolution_note.clone(),
-        rounds,
-    }
+fn ids(conn: &Connection, text: &str, args: impl rusqlite::Params) -> Result<Vec<EventId>> {
+    let raw: Vec<String> = conn
+        .prepare_cached(text)?
+        .query_map(args, |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    raw.iter().map(|s| s.parse()).collect()
 }
 
-/// One record and its round count, inside the writer's transaction.
-fn load(conn: &Connection, sql: &OpsSql, id: EventId) -> Result<Option<(DeadLetter, u32)>> {
-    Ok(conn
-        .prepare_cached(&sql.dl_get)?
-        .query_row([id.to_string()], |r| {
-            Ok((dead_letter_from_row(r)?, r.get::<_, u32>(21)?))
-        })
-        .optional()?)
+fn limit_of(limit: usize) -> i64 {
+    i64::try_from(limit).unwrap_or(i64::MAX)
 }
 
-fn history_json(history: &[ErrorRound]) -> Result<String> {
-    serde_json::to_string(history).map_err(|e| Error::unserialisable("an error history", &e))
-}
+/// A batch of actions, and the chunk of a bulk operation it is, in one writer transaction.
+struct Act(ActBatch);
 
-fn adjust(conn: &Connection, sql: &OpsSql, d: &GroupDelta) -> Result<()> {
-    if d.count == 0 && d.open == 0 {
-        return Ok(());
-    }
-    conn.prepare_cached(&sql.group_adjust)?
-        .execute(params![d.fingerprint, d.count, d.open])?;
-    if d.count < 0 {
-        conn.prepare_cached(&sql.group_prune)?
-            .execute([&d.fingerprint])?;
-    }
-    Ok(())
-}
-
-/// Writes the record of event `id`, which just died: a new record, or a new round of its
-/// existing one; its group; and, for a new record, the `system.dead_letter` event.
-pub(super) fn write_death(
-    conn: &Connection,
-    sql: &Sql,
-    id: EventId,
-    death: &Death,
-    now: Timestamp,
-) -> Result<()> {
-    let ops = &sql.ops;
-    let existing = load(conn, ops, id)?.map(|(d, rounds)| Existing {
-        state: state_of(&d, rounds),
-        fingerprint: d.fingerprint,
-        history: d.error_history,
-    });
-    let fresh = existing.is_none();
-    let plan = plan_death(existing, death, now);
-    let s = &plan.state;
-    let causes = json_list(&death.causes)?;
-    let history = history_json(&plan.history)?;
-    if fresh {
-        conn.prepare_cached(&ops.dl_insert)?.execute(params![
-            id.to_string(),
-            death.subscription,
-            death.error,
-            causes,
-            history,
-            death.fingerprint,
-            death.attempts,
-            s.status.as_str(),
-            s.auto_retry_count,
-            s.manual_retry_count,
-            s.next_auto_retry_at.map(Timestamp::as_millis),
-            now.as_millis(),
-            s.last_retry_at.map(Timestamp::as_millis),
-            s.last_retry_by,
-            s.resolved_at.map(Timestamp::as_millis),
-            s.resolved_by,
-            s.resolution_note,
-            s.rounds,
-        ])?;
-    } else {
-        conn.prepare_cached(&ops.dl_died_again)?.execute(params![
-            id.to_string(),
-            death.subscription,
-            death.error,
-            causes,
-            history,
-            death.fingerprint,
-            death.attempts,
-            s.status.as_str(),
-            s.next_auto_retry_at.map(Timestamp::as_millis),
-            s.rounds,
-            now.as_millis(),
-        ])?;
-    }
-    if let Some(old) = &plan.old_group {
-        adjust(conn, ops, old)?;
-    }
-    conn.prepare_cached(&ops.group_upsert)?.execute(params![
-        death.fingerprint,
-        death.subscription,
-        death.signature,
-        death.error,
-        plan.group.count,
-        plan.group.open,
-        now.as_millis(),
-        death.event_type,
-        GROUP_TYPES_LISTED as i64,
-    ])?;
-    // Announced when the record is created, not again at each later round.
-    if fresh && let Some(announcement) = &death.announcement {
-        insert_events(
-            conn,
-            sql,
-            std::slice::from_ref(announcement),
-            EventStatus::Pending,
-            now,
-        )?;
-    }
-    Ok(())
-}
-
-fn set_state(
-    conn: &Connection,
-    ops: &OpsSql,
-    id: EventId,
-    s: &State,
-    now: Timestamp,
-) -> Result<()> {
-    conn.prepare_cached(&ops.dl_set_state)?.execute(params![
-        id.to_string(),
-        s.status.as_str(),
-        s.auto_retry_count,
-        s.manual_retry_count,
-        s.next_auto_retry_at.map(Timestamp::as_millis),
-        s.last_retry_at.map(Timestamp::as_millis),
-        s.last_retry_by,
-        s.resolved_at.map(Timestamp::as_millis),
-        s.resolved_by,
-        s.resolution_note,
-        s.rounds,
-        now.as_millis(),
-    ])?;
-    Ok(())
-}
-
-/// A revived dead letter was delivered: its record is resolved by whoever sent it back.
-pub(super) fn write_delivered(
-    conn: &Connection,
-    sql: &Sql,
-    id: EventId,
-    now: Timestamp,
-) -> Result<()> {
-    let ops = &sql.ops;
-    let Some((d, rounds)) = load(conn, ops, id)? else {
-        return Ok(());
-    };
-    if d.status != DeadLetterStatus::Retrying {
-        return Ok(());
-    }
-    let after = state_of(&d, rounds).delivered(now);
-    set_state(conn, ops, id, &after, now)?;
-    adjust(
-        conn,
-        ops,
-        &group_delta(&d.fingerprint, Some(d.status), Some(after.status)),
-    )
-}
-
-/// A record's lifecycle and group, inside the writer's transaction.
-fn load_state(conn: &Connection, sql: &OpsSql, id: EventId) -> Result<Option<(State, String)>> {
-    Ok(conn
-        .prepare_cached(&sql.dl_state)?
-        .query_row([id.to_string()], |r| {
-            Ok((
-                State {
-                    status: status(r, 0)?,
-                    auto_retry_count: r.get(1)?,
-                    manual_retry_count: r.get(2)?,
-                    next_auto_retry_at: ts(r.get(3)?),
-                    created_at: Timestamp(r.get(4)?),
-                    last_retry_at: ts(r.get(5)?),
-                    last_retry_by: r.get(6)?,
-                    resolved_at: ts(r.get(7)?),
-                    resolved_by: r.get(8)?,
-                    resolution_note: r.get(9)?,
-                    rounds: r.get(10)?,
-                },
-                r.get(11)?,
-            ))
-        })
-        .optional()?)
-}
-
-/// Applies `action` to the record of `id` inside the writer's transaction. Returns whether
-/// the record still exists (not purged).
-pub(super) fn apply_action(
-    conn: &Connection,
-    sql: &Sql,
-    id: EventId,
-    action: &Action,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<bool> {
-    let ops = &sql.ops;
-    let (before, fingerprint) = load_state(conn, ops, id)?.ok_or_else(|| Error::NotFound {
-        what: format!("dead letter {id}"),
-    })?;
-    match apply(id, &before, action, actor, now)? {
-        Change::Update {
-            state,
-            requeue: send,
-        } => {
-            if send {
-                let reset = requeue();
-                let n = conn.prepare_cached(&ops.dl_requeue)?.execute(params![
-                    id.to_string(),
-                    now.as_millis(),
-                    reset.retry_count,
-                    reset.clear_errors
-                ])?;
-                if n != 1 {
-                    return Err(Error::Conflict {
-                        what: format!("dead letter {id}"),
-                        status: before.status.as_str().to_owned(),
-                        message: format!(
-                            "dead letter {id} cannot be retried: its event is no longer in the dead-letter queue"
-                        ),
-                    });
-                }
-            }
-            set_state(conn, ops, id, &state, now)?;
-            adjust(
-                conn,
-                ops,
-                &group_delta(&fingerprint, Some(before.status), Some(state.status)),
-            )?;
-            Ok(true)
-        }
-        Change::Delete => {
-            conn.prepare_cached(&ops.dl_delete)?
-                .execute([id.to_string()])?;
-            super::payloads::keep_shared(conn, sql, &id.to_string())?;
-            conn.prepare_cached(&ops.dl_delete_event)?
-                .execute([id.to_string()])?;
-            adjust(
-                conn,
-                ops,
-                &group_delta(&fingerprint, Some(before.status), None),
-            )?;
-            Ok(false)
-        }
-    }
-}
-
-/// [`apply_action`], then the record as it is after it (`None` when purged).
-fn act(
-    conn: &Connection,
-    sql: &Sql,
-    id: EventId,
-    action: &Action,
-    actor: &Actor,
-    now: Timestamp,
-) -> Result<Option<DeadLetter>> {
-    if apply_action(conn, sql, id, action, actor, now)? {
-        Ok(load(conn, &sql.ops, id)?.map(|(d, _)| d))
-    } else {
-        Ok(None)
-    }
-}
-
-struct Act {
-    id: EventId,
-    action: Action,
-    actor: Actor,
-}
+/// The report, and whether events went back for delivery.
+struct Acted(ActReport, bool);
 
 impl WriteOp for Act {
-    type Reply = Option<DeadLetter>;
+    type Reply = Acted;
 
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Option<DeadLetter>> {
-        act(conn, sql, self.id, &self.action, &self.actor, now)
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Acted> {
+        let b = &self.0;
+        let mut report = ActReport {
+            applied: 0,
+            skipped: Vec::new(),
+            operation: None,
+            after: Vec::new(),
+        };
+        let mut requeued = false;
+        for (i, id) in b.ids.iter().enumerate() {
+            if b.chunk.is_some() && i == b.ids.len() / 2 {
+                crate::fail_point!("bulk.chunk");
+            }
+            let filter = b.still_matching.as_ref();
+            match apply_action(conn, sql, *id, &b.action, &b.actor, filter, now) {
+                Ok(sent) => {
+                    report.applied += 1;
+                    requeued |= sent;
+                    if b.read_back
+                        && let Some(d) = conn
+                            .prepare_cached(&sql.ops.dl_get)?
+                            .query_row([id.to_string()], dead_letter_from_row)
+                            .optional()?
+                    {
+                        report.after.push(d);
+                    }
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::Conflict | ErrorKind::NotFound) => {
+                    report.skipped.push((*id, e));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(chunk) = &b.chunk {
+            let mut advance = chunk.advance.clone();
+            advance.processed = report.applied;
+            advance.skipped = report.skipped.len() as u64;
+            report.operation = Some(super::operations::write_advance(
+                conn,
+                sql,
+                &chunk.operation,
+                &chunk.holder,
+                &advance,
+                now.plus(chunk.lease),
+                now,
+            )?);
+        }
+        Ok(Acted(report, requeued))
     }
 
-    fn wakes(&self, _reply: &Option<DeadLetter>) -> bool {
-        self.action == Action::Retry
+    fn wakes(&self, reply: &Acted) -> bool {
+        reply.1
+    }
+}
+
+/// Deletes events that are still dead (those without a record).
+struct DeleteDead(Vec<EventId>);
+
+impl WriteOp for DeleteDead {
+    type Reply = u64;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<u64> {
+        let mut n = 0;
+        for id in &self.0 {
+            n += u64::from(delete_dead_event(conn, sql, *id)?);
+        }
+        Ok(n)
     }
 }
 
@@ -399,53 +186,83 @@ impl DeadLetterStore for SqliteStore {
         .await
     }
 
-    async fn dlq_act(
-        &self,
-        event_id: EventId,
-        action: Action,
-        actor: Actor,
-        now: Timestamp,
-    ) -> Result<Option<DeadLetter>> {
-        self.write(
-            Act {
-                id: event_id,
-                action,
-                actor,
-            },
-            now,
-        )
+    async fn dlq_auto_retry_due(&self, now: Timestamp, limit: usize) -> Result<Vec<EventId>> {
+        let sql = self.sql.clone();
+        self.read_ids(move |c| {
+            ids(
+                c,
+                &sql.ops.dl_auto_due,
+                params![now.as_millis(), limit_of(limit)],
+            )
+        })
         .await
     }
 
-    async fn dlq_auto_retry(&self, now: Timestamp, limit: usize) -> Result<u64> {
-        self.write(AutoRetry(limit), now).await
+    async fn dlq_closed_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>> {
+        let sql = self.sql.clone();
+        self.read_ids(move |c| {
+            ids(
+                c,
+                &sql.ops.dl_closed_before,
+                params![cutoff.as_millis(), limit_of(limit)],
+            )
+        })
+        .await
     }
 
-    async fn dlq_cleanup(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
-        self.write(Cleanup { cutoff, limit }, cutoff).await
+    async fn dlq_dead_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>> {
+        let sql = self.sql.clone();
+        self.read_ids(move |c| {
+            ids(
+                c,
+                &sql.ops.dl_dead_before,
+                params![cutoff.as_millis(), limit_of(limit)],
+            )
+        })
+        .await
     }
 
-    async fn dlq_purge(&self, cutoff: Timestamp) -> Result<u64> {
-        self.write(PurgeDead(cutoff), cutoff).await
-    }
-
-    async fn dlq_bulk_chunk(
+    async fn dlq_select(
         &self,
-        id: &str,
-        holder: &str,
+        filter: &DeadLetterFilter,
+        after: i64,
+        bound: i64,
         limit: usize,
-        lease: Duration,
-        now: Timestamp,
-    ) -> Result<ChunkReport> {
-        self.write(
-            BulkChunk {
-                id: id.to_owned(),
-                holder: holder.to_owned(),
-                limit: limit.max(1),
-                lease,
-            },
-            now,
-        )
-        .await
+    ) -> Result<Vec<(EventId, i64)>> {
+        let sql = self.sql.clone();
+        let (text, args) = sql.ops.dl_chunk(filter, after, bound, limit);
+        let rows: Vec<(String, i64)> = self
+            .read(move |c| {
+                c.prepare_cached(&text)?
+                    .query_map(rusqlite::params_from_iter(args), |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })?
+                    .collect()
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(id, seq)| Ok((id.parse()?, seq)))
+            .collect()
+    }
+
+    async fn dlq_act(&self, batch: ActBatch, now: Timestamp) -> Result<ActReport> {
+        Ok(self.write(Act(batch), now).await?.0)
+    }
+
+    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        self.write(DeleteDead(ids), Timestamp(0)).await
+    }
+}
+
+impl SqliteStore {
+    /// Runs a read that returns ids (their parse errors become the store's).
+    async fn read_ids(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<Vec<EventId>> + Send + 'static,
+    ) -> Result<Vec<EventId>> {
+        self.read(move |c| Ok(f(c))).await?
     }
 }

@@ -5,64 +5,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::op::WriteOp;
+use super::row_writes::{insert_events, insert_marking};
 use super::rows::{event_from_row, json_list};
 use super::sql::Sql;
 use crate::clock::Timestamp;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::event::{Event, EventId, EventStatus, NewEvent};
 use crate::payload::NewSnapshot;
 use crate::store::recovery::{Interruption, interrupted};
 use crate::store::{EventStore, InsertMode, Outcome};
-
-/// Inserts `events` with `status` on `conn` (the writer's transaction, or an application's for
-/// the outbox), skipping ids already stored: one flag per event, `true` when it was stored.
-pub(crate) fn insert_events(
-    conn: &Connection,
-    sql: &Sql,
-    events: &[NewEvent],
-    status: EventStatus,
-    now: Timestamp,
-) -> Result<Vec<bool>> {
-    insert_marking(conn, sql, events, status, now, |_| false)
-}
-
-/// [`insert_events`], marking the events for which `shared` says their `published` snapshot is
-/// their own stored payload.
-fn insert_marking(
-    conn: &Connection,
-    sql: &Sql,
-    events: &[NewEvent],
-    status: EventStatus,
-    now: Timestamp,
-    shared: impl Fn(EventId) -> bool,
-) -> Result<Vec<bool>> {
-    let now_ms = now.as_millis();
-    let due = (status == EventStatus::Pending).then_some(now_ms);
-    let mut stmt = conn.prepare_cached(&sql.insert)?;
-    let mut inserted = Vec::with_capacity(events.len());
-    for e in events {
-        let metadata = if e.metadata.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::to_string(&e.metadata)
-                    .map_err(|err| Error::unserialisable("metadata", &err))?,
-            )
-        };
-        let n = stmt.execute(params![
-            e.id.to_string(),
-            e.event_type,
-            e.payload,
-            status.as_str(),
-            metadata,
-            now_ms,
-            due,
-            shared(e.id).then_some(1)
-        ])?;
-        inserted.push(n == 1);
-    }
-    Ok(inserted)
-}
 
 struct Insert {
     events: Vec<NewEvent>,
@@ -168,7 +119,7 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                         .prepare_cached(&sql.record_done_revived)?
                         .execute(params![id_text, list, now_ms])?;
                     if n == 1 {
-                        super::dead_letters::write_delivered(conn, sql, *id, now)?;
+                        super::row_writes::write_delivered(conn, sql, *id, now)?;
                     }
                     n
                 }
@@ -214,7 +165,7 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                 .optional()?;
             if died.is_some() {
                 crate::fail_point!("dlq.move");
-                super::dead_letters::write_death(conn, sql, *id, death, now)?;
+                super::row_writes::write_death(conn, sql, *id, death, now)?;
             }
             usize::from(died.is_some())
         }

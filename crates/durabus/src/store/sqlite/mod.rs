@@ -2,7 +2,6 @@
 //! group commit, and a small pool of read connections. No call blocks the async runtime.
 
 mod checkpoint;
-mod dead_letter_jobs;
 mod dead_letter_rows;
 mod dead_letters;
 mod events;
@@ -13,6 +12,7 @@ mod open;
 mod operations;
 mod payloads;
 mod queries;
+mod row_writes;
 mod rows;
 mod schema;
 mod sql;
@@ -31,7 +31,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, oneshot};
 
-pub(crate) use events::insert_events;
+pub(crate) use row_writes::insert_events;
 pub use schema::SCHEMA_VERSION;
 pub use sql::{DEFAULT_PREFIX, validate_prefix};
 #[doc(hidden)]

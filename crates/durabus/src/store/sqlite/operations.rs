@@ -7,13 +7,15 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
 use super::op::WriteOp;
+use super::row_writes::insert_events;
 use super::rows::corrupt;
 use super::sql::Sql;
+use crate::actor::{Actor, ActorKind};
 use crate::clock::Timestamp;
-use crate::dlq::{Actor, ActorKind};
 use crate::error::{Error, Result};
 use crate::event::EventStatus;
-use crate::operation::{NewOperation, Operation, OperationStatus};
+use crate::operation::state::{self, CancelEffect};
+use crate::operation::{NewOperation, Operation, OperationKind, OperationStatus};
 use crate::store::OperationStore;
 
 /// Decodes a row selected with `OP_COLUMNS`.
@@ -21,9 +23,12 @@ pub(super) fn operation_from_row(row: &Row<'_>) -> rusqlite::Result<Operation> {
     let status: String = row.get(2)?;
     let params: String = row.get(3)?;
     let kind: String = row.get(11)?;
+    let op_kind: String = row.get(1)?;
     Ok(Operation {
         id: row.get(0)?,
-        kind: row.get(1)?,
+        kind: op_kind
+            .parse()
+            .map_err(|e: Error| corrupt(1, e.to_string()))?,
         status: status
             .parse()
             .map_err(|e: Error| corrupt(2, e.to_string()))?,
@@ -40,6 +45,8 @@ pub(super) fn operation_from_row(row: &Row<'_>) -> rusqlite::Result<Operation> {
                 .map_err(|e| corrupt(11, e.to_string()))?,
         ),
         cancel_requested: row.get(12)?,
+        holder: row.get(20)?,
+        lease_expires_at: row.get::<_, Option<i64>>(21)?.map(Timestamp),
         created_at: Timestamp(row.get(13)?),
         started_at: row.get::<_, Option<i64>>(14)?.map(Timestamp),
         finished_at: row.get::<_, Option<i64>>(15)?.map(Timestamp),
@@ -76,7 +83,7 @@ impl WriteOp for Create {
             .map_err(|e| Error::unserialisable("an operation's parameters", &e))?;
         conn.prepare_cached(&sql.ops.op_insert)?.execute(params![
             op.id,
-            op.kind,
+            op.kind.as_str(),
             params,
             op.bound,
             op.total,
@@ -98,15 +105,25 @@ impl WriteOp for Claim {
     type Reply = Option<Operation>;
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Option<Operation>> {
-        let n = conn.prepare_cached(&sql.ops.op_claim)?.execute(params![
+        let Some(op) = get(conn, sql, &self.id)? else {
+            return Ok(None);
+        };
+        let free = state::may_claim(
+            op.status,
+            op.holder.as_deref(),
+            op.lease_expires_at,
+            &self.holder,
+            now,
+        );
+        if !free {
+            return Ok(None);
+        }
+        conn.prepare_cached(&sql.ops.op_claim)?.execute(params![
             self.id,
             self.holder,
             now.plus(self.lease).as_millis(),
             now.as_millis()
         ])?;
-        if n == 0 {
-            return Ok(None);
-        }
         get(conn, sql, &self.id)
     }
 }
@@ -117,23 +134,18 @@ impl WriteOp for Cancel {
     type Reply = Operation;
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Operation> {
-        let n = conn
-            .prepare_cached(&sql.ops.op_cancel)?
-            .execute(params![self.0, now.as_millis()])?;
         let op = get(conn, sql, &self.0)?.ok_or_else(|| Error::NotFound {
             what: format!("operation {}", self.0),
         })?;
-        if n == 0 {
-            return Err(Error::Conflict {
-                what: format!("operation {}", self.0),
-                status: op.status.as_str().to_owned(),
-                message: format!(
-                    "operation {} is {} and cannot be cancelled",
-                    self.0, op.status
-                ),
-            });
-        }
-        Ok(op)
+        let effect = state::cancel(&self.0, op.status)?;
+        let finished = (effect == CancelEffect::Now).then_some(now.as_millis());
+        conn.prepare_cached(&sql.ops.op_cancel)?.execute(params![
+            self.0,
+            now.as_millis(),
+            effect.status().as_str(),
+            finished
+        ])?;
+        get(conn, sql, &self.0)?.ok_or_else(|| Error::Internal("an operation vanished".into()))
     }
 }
 
@@ -175,6 +187,63 @@ impl WriteOp for Fail {
     }
 }
 
+/// Writes one chunk of operation `id` held by `holder` in the writer's transaction (see
+/// [`OperationStore::operation_advance`]): its progress, its events, and its lease renewed
+/// until `lease_until`. Fails with [`Error::Conflict`] when `holder` does not hold it running
+/// (or its cursor is not the one expected).
+pub(super) fn write_advance(
+    conn: &Connection,
+    sql: &Sql,
+    id: &str,
+    holder: &str,
+    a: &crate::operation::Advance,
+    lease_until: Timestamp,
+    now: Timestamp,
+) -> Result<Operation> {
+    let summary = a
+        .summary
+        .as_ref()
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(|e| Error::unserialisable("an operation's summary", &e))?;
+    let (expect_at, expect_key) = match &a.expect_cursor {
+        Some((at, key)) => (Some(*at), Some(key.as_str())),
+        None => (None, None),
+    };
+    let n = conn.prepare_cached(&sql.ops.op_advance)?.execute(params![
+        id,
+        a.cursor,
+        a.cursor_key,
+        a.processed,
+        a.skipped,
+        a.errors,
+        summary,
+        a.finish.map(OperationStatus::as_str),
+        a.error,
+        lease_until.as_millis(),
+        now.as_millis(),
+        holder,
+        expect_at,
+        expect_key,
+    ])?;
+    if n == 0 {
+        let op = get(conn, sql, id)?.ok_or_else(|| Error::NotFound {
+            what: format!("operation {id}"),
+        })?;
+        return Err(Error::Conflict {
+            what: format!("operation {id}"),
+            status: op.status.as_str().to_owned(),
+            message: format!(
+                "operation {id} is not running in this process (another took it over, it ended, or another runner wrote this chunk)"
+            ),
+        });
+    }
+    if !a.events.is_empty() {
+        insert_events(conn, sql, &a.events, EventStatus::Pending, now)?;
+    }
+    get(conn, sql, id)?.ok_or_else(|| Error::Internal("an operation vanished".into()))
+}
+
 struct Advance {
     id: String,
     holder: String,
@@ -186,44 +255,15 @@ impl WriteOp for Advance {
     type Reply = Operation;
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Operation> {
-        let a = &self.advance;
-        let summary = a
-            .summary
-            .as_ref()
-            .map(serde_json::to_string)
-            .transpose()
-            .map_err(|e| Error::unserialisable("an operation's summary", &e))?;
-        let n = conn.prepare_cached(&sql.ops.op_advance)?.execute(params![
-            self.id,
-            a.cursor,
-            a.cursor_key,
-            a.processed,
-            a.skipped,
-            a.errors,
-            summary,
-            a.finish.map(OperationStatus::as_str),
-            a.error,
-            now.plus(self.lease).as_millis(),
-            now.as_millis(),
-            self.holder,
-        ])?;
-        if n == 0 {
-            let op = get(conn, sql, &self.id)?.ok_or_else(|| Error::NotFound {
-                what: format!("operation {}", self.id),
-            })?;
-            return Err(Error::Conflict {
-                what: format!("operation {}", self.id),
-                status: op.status.as_str().to_owned(),
-                message: format!(
-                    "operation {} is not running in this process (another took it over, or it ended)",
-                    self.id
-                ),
-            });
-        }
-        if !a.events.is_empty() {
-            super::events::insert_events(conn, sql, &a.events, EventStatus::Pending, now)?;
-        }
-        get(conn, sql, &self.id)?.ok_or_else(|| Error::Internal("an operation vanished".into()))
+        write_advance(
+            conn,
+            sql,
+            &self.id,
+            &self.holder,
+            &self.advance,
+            now.plus(self.lease),
+            now,
+        )
     }
 
     fn wakes(&self, _: &Operation) -> bool {
@@ -251,11 +291,11 @@ impl OperationStore for SqliteStore {
     async fn operation_list(
         &self,
         status: Option<OperationStatus>,
-        kind: Option<&str>,
+        kind: Option<OperationKind>,
         limit: u32,
     ) -> Result<Vec<Operation>> {
         let sql = self.sql.clone();
-        let kind = kind.map(str::to_owned);
+        let kind = kind.map(OperationKind::as_str);
         self.read(move |c| {
             c.prepare_cached(&sql.ops.op_list)?
                 .query_map(
@@ -285,14 +325,11 @@ impl OperationStore for SqliteStore {
         .await
     }
 
-    async fn operation_claimable(&self, now: Timestamp, limit: u32) -> Result<Vec<Operation>> {
+    async fn operation_open(&self, limit: u32) -> Result<Vec<Operation>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.op_claimable)?
-                .query_map(
-                    params![now.as_millis(), i64::from(limit)],
-                    operation_from_row,
-                )?
+            c.prepare_cached(&sql.ops.op_open)?
+                .query_map(params![i64::from(limit)], operation_from_row)?
                 .collect()
         })
         .await

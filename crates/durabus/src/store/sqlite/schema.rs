@@ -135,7 +135,7 @@ fn backfill_dead_letters(conn: &Connection, sql: &Sql) -> Result<()> {
             DeadLetterPolicy::manual_only(),
         );
         death.announcement = None;
-        super::dead_letters::write_death(
+        super::row_writes::write_death(
             conn,
             sql,
             id,

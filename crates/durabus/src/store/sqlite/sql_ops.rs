@@ -18,7 +18,7 @@ pub const DL_SUMMARY_COLUMNS: &str = "event_id, seq, event_type, subscription, l
 /// The columns every operation query selects.
 pub const OP_COLUMNS: &str = "id, kind, status, params, bound, cursor, total, processed, skipped, \
      errors, actor, actor_kind, cancel_requested, created_at, started_at, finished_at, \
-     updated_at, last_error, cursor_key, summary";
+     updated_at, last_error, cursor_key, summary, holder, lease_expires_at";
 
 macro_rules! ops_statements {
     ($($(#[$doc:meta])* $name:ident = $sql:expr;)*) => {
@@ -49,7 +49,8 @@ ops_statements! {
     dl_get = "SELECT {dl} FROM {p}dead_letters WHERE event_id = ?1";
     /// A record's lifecycle and group only (what an action needs).
     dl_state = "SELECT status, auto_retry_count, manual_retry_count, next_auto_retry_at, created_at,
-             last_retry_at, last_retry_by, resolved_at, resolved_by, resolution_note, rounds, fingerprint
+             last_retry_at, last_retry_by, resolved_at, resolved_by, resolution_note, rounds, fingerprint,
+             event_type, subscription
          FROM {p}dead_letters WHERE event_id = ?1";
     /// A new record: the payload is copied from the event row (`?1`).
     dl_insert = "INSERT INTO {p}dead_letters (event_id, event_type, payload, subscription, last_error,
@@ -86,8 +87,8 @@ ops_statements! {
     /// Closed records last changed at or before `?1`, at most `?2`.
     dl_closed_before = "SELECT event_id FROM {p}dead_letters INDEXED BY {p}dead_letters_closed
          WHERE status IN ('resolved', 'abandoned') AND updated_at <= ?1 LIMIT ?2 + 0";
-    /// Dead events created at or before `?1` (the legacy purge by age).
-    dl_dead_before = "SELECT id FROM {p}events WHERE status = 'dlq' AND created_at <= ?1";
+    /// Dead events created at or before `?1` (the specification's purge by age), at most `?2`.
+    dl_dead_before = "SELECT id FROM {p}events WHERE status = 'dlq' AND created_at <= ?1 LIMIT ?2 + 0";
     /// The highest position.
     dl_max_seq = "SELECT coalesce(max(seq), 0) FROM {p}dead_letters";
     /// A group's counts change, and it is dropped when it has no records left.
@@ -118,37 +119,28 @@ ops_statements! {
     op_list = "SELECT {op} FROM {p}operations
          WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR kind = ?2)
          ORDER BY created_at DESC, id DESC LIMIT ?3 + 0";
-    /// Takes an operation (`?2` holder, `?3` lease expiry, `?4` now).
+    /// Takes an operation (`?2` holder, `?3` lease expiry, `?4` now), once
+    /// `operation::state::may_claim` has allowed it.
     op_claim = "UPDATE {p}operations SET status = 'running', holder = ?2, lease_expires_at = ?3,
              started_at = coalesce(started_at, ?4), updated_at = ?4
-         WHERE id = ?1 AND (status = 'pending'
-             OR (status = 'running' AND (holder IS NULL OR lease_expires_at <= ?4 OR holder = ?2)))";
-    /// Operations that can be taken at `?1`.
-    op_claimable = "SELECT {op} FROM {p}operations INDEXED BY {p}operations_open
-         WHERE status IN ('pending', 'running')
-             AND (status = 'pending' OR holder IS NULL OR lease_expires_at <= ?1)
-         ORDER BY created_at LIMIT ?2 + 0";
-    /// The holder of a running operation.
-    op_holder = "SELECT status, holder, cancel_requested, bound, cursor, params, kind, actor, actor_kind
-         FROM {p}operations WHERE id = ?1";
-    /// A chunk's progress.
-    op_progress = "UPDATE {p}operations SET cursor = ?2, processed = processed + ?3, skipped = skipped + ?4,
-             errors = errors + ?5, status = ?6, lease_expires_at = ?7, updated_at = ?8,
-             finished_at = CASE WHEN ?6 IN ('completed', 'cancelled', 'failed') THEN ?8 END
          WHERE id = ?1";
-    /// One chunk of an operation held by `?12`: cursor, counts, summary (`?7`, if not NULL)
-    /// and, with a status in `?8`, its end.
+    /// Open operations, oldest first, at most `?1`.
+    op_open = "SELECT {op} FROM {p}operations INDEXED BY {p}operations_open
+         WHERE status IN ('pending', 'running') ORDER BY created_at LIMIT ?1 + 0";
+    /// One chunk of an operation held by `?12` (whose cursor is `?13`, `?14`, if given):
+    /// cursor, counts, summary (`?7`, if not NULL) and, with a status in `?8`, its end.
     op_advance = "UPDATE {p}operations SET cursor = ?2, cursor_key = ?3, processed = processed + ?4,
              skipped = skipped + ?5, errors = errors + ?6, summary = coalesce(?7, summary),
              status = coalesce(?8, status), last_error = coalesce(?9, last_error),
              lease_expires_at = CASE WHEN ?8 IS NULL THEN ?10 ELSE lease_expires_at END,
              finished_at = CASE WHEN ?8 IS NULL THEN finished_at ELSE ?11 END, updated_at = ?11
-         WHERE id = ?1 AND status = 'running' AND holder = ?12";
-    /// Cancels a pending operation at once, or asks a running one to stop.
-    op_cancel = "UPDATE {p}operations SET cancel_requested = 1, updated_at = ?2,
-             status = CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END,
-             finished_at = CASE WHEN status = 'pending' THEN ?2 ELSE finished_at END
-         WHERE id = ?1 AND status IN ('pending', 'running')";
+         WHERE id = ?1 AND status = 'running' AND holder = ?12
+             AND (?13 IS NULL OR (cursor = ?13 AND cursor_key = ?14))";
+    /// A cancel request (`?2` now) with the status (`?3`) and end (`?4`, if any) that
+    /// `operation::state::cancel` gave it.
+    op_cancel = "UPDATE {p}operations SET cancel_requested = 1, updated_at = ?2, status = ?3,
+             finished_at = coalesce(?4, finished_at)
+         WHERE id = ?1";
     /// Lets go of an operation.
     op_release = "UPDATE {p}operations SET lease_expires_at = ?3, updated_at = ?3
          WHERE id = ?1 AND status = 'running' AND holder = ?2";
