@@ -57,7 +57,7 @@ impl WriteOp for Act {
                     requeued |= sent;
                     if b.read_back
                         && let Some(d) = conn
-                            .prepare_cached(&sql.ops.dl_get)?
+                            .prepare_cached(&sql.dl_get)?
                             .query_row([id.to_string()], dead_letter_from_row)
                             .optional()?
                     {
@@ -112,7 +112,7 @@ impl DeadLetterStore for SqliteStore {
     async fn dlq_list(&self, filter: DeadLetterFilter, page: Keyset) -> Result<Vec<DeadLetter>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            let (text, args) = sql.ops.dl_list(&filter, &page);
+            let (text, args) = sql.dl_list(&filter, &page);
             c.prepare_cached(&text)?
                 .query_map(rusqlite::params_from_iter(args), dead_letter_from_row)?
                 .collect()
@@ -127,7 +127,7 @@ impl DeadLetterStore for SqliteStore {
     ) -> Result<Vec<DeadLetterSummary>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            let (text, args) = sql.ops.dl_list_summaries(&filter, &page);
+            let (text, args) = sql.dl_list_summaries(&filter, &page);
             c.prepare_cached(&text)?
                 .query_map(rusqlite::params_from_iter(args), summary_from_row)?
                 .collect()
@@ -138,7 +138,7 @@ impl DeadLetterStore for SqliteStore {
     async fn dlq_get(&self, event_id: EventId) -> Result<Option<DeadLetter>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.dl_get)?
+            c.prepare_cached(&sql.dl_get)?
                 .query_row([event_id.to_string()], dead_letter_from_row)
                 .optional()
         })
@@ -148,7 +148,7 @@ impl DeadLetterStore for SqliteStore {
     async fn dlq_count(&self, filter: DeadLetterFilter, bound: Option<i64>) -> Result<u64> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            let (text, args) = sql.ops.dl_count(&filter, bound);
+            let (text, args) = sql.dl_count(&filter, bound);
             c.prepare_cached(&text)?
                 .query_row(rusqlite::params_from_iter(args), |r| r.get(0))
         })
@@ -158,7 +158,7 @@ impl DeadLetterStore for SqliteStore {
     async fn dlq_max_seq(&self) -> Result<i64> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.dl_max_seq)?
+            c.prepare_cached(&sql.dl_max_seq)?
                 .query_row([], |r| r.get(0))
         })
         .await
@@ -167,7 +167,7 @@ impl DeadLetterStore for SqliteStore {
     async fn dlq_groups(&self, limit: u32) -> Result<Vec<DeadLetterGroup>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.groups)?
+            c.prepare_cached(&sql.groups)?
                 .query_map([i64::from(limit)], |r| {
                     Ok(DeadLetterGroup {
                         fingerprint: r.get(0)?,
@@ -191,7 +191,7 @@ impl DeadLetterStore for SqliteStore {
         self.read_ids(move |c| {
             ids(
                 c,
-                &sql.ops.dl_auto_due,
+                &sql.dl_auto_due,
                 params![now.as_millis(), limit_of(limit)],
             )
         })
@@ -203,7 +203,7 @@ impl DeadLetterStore for SqliteStore {
         self.read_ids(move |c| {
             ids(
                 c,
-                &sql.ops.dl_closed_before,
+                &sql.dl_closed_before,
                 params![cutoff.as_millis(), limit_of(limit)],
             )
         })
@@ -215,7 +215,7 @@ impl DeadLetterStore for SqliteStore {
         self.read_ids(move |c| {
             ids(
                 c,
-                &sql.ops.dl_dead_before,
+                &sql.dl_dead_before,
                 params![cutoff.as_millis(), limit_of(limit)],
             )
         })
@@ -230,7 +230,7 @@ impl DeadLetterStore for SqliteStore {
         limit: usize,
     ) -> Result<Vec<(EventId, i64)>> {
         let sql = self.sql.clone();
-        let (text, args) = sql.ops.dl_chunk(filter, after, bound, limit);
+        let (text, args) = sql.dl_chunk(filter, after, bound, limit);
         let rows: Vec<(String, i64)> = self
             .read(move |c| {
                 c.prepare_cached(&text)?

@@ -23,7 +23,7 @@ impl WriteOp for Begin {
     type Reply = JobStart;
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<JobStart> {
-        let ops = &sql.ops;
+        let ops = sql;
         conn.prepare_cached(&ops.job_ensure)?
             .execute([&self.name])?;
         let until = now.plus(self.ttl).as_millis();
@@ -74,7 +74,7 @@ impl WriteOp for End {
     type Reply = ();
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<()> {
-        conn.prepare_cached(&sql.ops.job_end)?.execute(params![
+        conn.prepare_cached(&sql.job_end)?.execute(params![
             self.name,
             self.holder,
             self.status,
@@ -130,7 +130,7 @@ impl JobStore for SqliteStore {
     async fn job_list(&self) -> Result<Vec<JobRow>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.jobs)?
+            c.prepare_cached(&sql.jobs)?
                 .query_map([], |r| {
                     Ok(JobRow {
                         name: r.get(0)?,

@@ -16,7 +16,6 @@ mod row_writes;
 mod rows;
 mod schema;
 mod sql;
-mod sql_ops;
 mod subscriptions;
 mod walk;
 mod writer;

@@ -63,7 +63,7 @@ pub(super) fn operation_from_row(row: &Row<'_>) -> rusqlite::Result<Operation> {
 
 fn get(conn: &Connection, sql: &Sql, id: &str) -> Result<Option<Operation>> {
     Ok(conn
-        .prepare_cached(&sql.ops.op_get)?
+        .prepare_cached(&sql.op_get)?
         .query_row([id], operation_from_row)
         .optional()?)
 }
@@ -81,7 +81,7 @@ impl WriteOp for Create {
         let op = &self.0;
         let params = serde_json::to_string(&op.params)
             .map_err(|e| Error::unserialisable("an operation's parameters", &e))?;
-        conn.prepare_cached(&sql.ops.op_insert)?.execute(params![
+        conn.prepare_cached(&sql.op_insert)?.execute(params![
             op.id,
             op.kind.as_str(),
             params,
@@ -118,7 +118,7 @@ impl WriteOp for Claim {
         if !free {
             return Ok(None);
         }
-        conn.prepare_cached(&sql.ops.op_claim)?.execute(params![
+        conn.prepare_cached(&sql.op_claim)?.execute(params![
             self.id,
             self.holder,
             now.plus(self.lease).as_millis(),
@@ -139,7 +139,7 @@ impl WriteOp for Cancel {
         })?;
         let effect = state::cancel(&self.0, op.status)?;
         let finished = (effect == CancelEffect::Now).then_some(now.as_millis());
-        conn.prepare_cached(&sql.ops.op_cancel)?.execute(params![
+        conn.prepare_cached(&sql.op_cancel)?.execute(params![
             self.0,
             now.as_millis(),
             effect.status().as_str(),
@@ -158,7 +158,7 @@ impl WriteOp for Release {
     type Reply = ();
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<()> {
-        conn.prepare_cached(&sql.ops.op_release)?.execute(params![
+        conn.prepare_cached(&sql.op_release)?.execute(params![
             self.id,
             self.holder,
             now.as_millis()
@@ -177,7 +177,7 @@ impl WriteOp for Fail {
     type Reply = ();
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<()> {
-        conn.prepare_cached(&sql.ops.op_fail)?.execute(params![
+        conn.prepare_cached(&sql.op_fail)?.execute(params![
             self.id,
             self.holder,
             self.error,
@@ -210,7 +210,7 @@ pub(super) fn write_advance(
         Some((at, key)) => (Some(*at), Some(key.as_str())),
         None => (None, None),
     };
-    let n = conn.prepare_cached(&sql.ops.op_advance)?.execute(params![
+    let n = conn.prepare_cached(&sql.op_advance)?.execute(params![
         id,
         a.cursor,
         a.cursor_key,
@@ -281,7 +281,7 @@ impl OperationStore for SqliteStore {
         let sql = self.sql.clone();
         let id = id.to_owned();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.op_get)?
+            c.prepare_cached(&sql.op_get)?
                 .query_row([id], operation_from_row)
                 .optional()
         })
@@ -297,7 +297,7 @@ impl OperationStore for SqliteStore {
         let sql = self.sql.clone();
         let kind = kind.map(OperationKind::as_str);
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.op_list)?
+            c.prepare_cached(&sql.op_list)?
                 .query_map(
                     params![status.map(OperationStatus::as_str), kind, i64::from(limit)],
                     operation_from_row,
@@ -328,7 +328,7 @@ impl OperationStore for SqliteStore {
     async fn operation_open(&self, limit: u32) -> Result<Vec<Operation>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.op_open)?
+            c.prepare_cached(&sql.op_open)?
                 .query_map(params![i64::from(limit)], operation_from_row)?
                 .collect()
         })

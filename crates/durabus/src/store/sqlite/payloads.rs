@@ -26,7 +26,7 @@ pub(super) fn put<'a>(
     if snapshots.peek().is_none() {
         return Ok(());
     }
-    let mut stmt = conn.prepare_cached(&sql.ops.pl_put)?;
+    let mut stmt = conn.prepare_cached(&sql.pl_put)?;
     let mut id = uuid::Uuid::encode_buffer();
     for s in snapshots {
         if s.shared {
@@ -56,7 +56,7 @@ fn shared_of(
     sql: &Sql,
     id: &str,
 ) -> rusqlite::Result<Option<(String, String, i64)>> {
-    conn.prepare_cached(&sql.ops.pl_shared_get)?
+    conn.prepare_cached(&sql.pl_shared_get)?
         .query_row([id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()
 }
@@ -172,14 +172,17 @@ struct SoftDelete {
 impl SoftDelete {
     fn delete(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
         let id = self.event_id.to_string();
-        let mut n =
-            conn.prepare_cached(&sql.ops.pl_soft_delete)?
-                .execute(params![id, now.as_millis(), self.actor, self.reason])? as u64;
+        let mut n = conn.prepare_cached(&sql.pl_soft_delete)?.execute(params![
+            id,
+            now.as_millis(),
+            self.actor,
+            self.reason
+        ])? as u64;
         // A shared snapshot: the mark is cleared and an audit row written (its bytes are the
         // event's payload, which stays with the event).
         if let Some((event_type, text, created_at)) = shared_of(conn, sql, &id)? {
             let flags = crate::payload::detect::detect(&text);
-            conn.prepare_cached(&sql.ops.pl_shared_deleted)?
+            conn.prepare_cached(&sql.pl_shared_deleted)?
                 .execute(params![
                     id,
                     STAGE_PUBLISHED,
@@ -192,8 +195,7 @@ impl SoftDelete {
                     self.actor,
                     self.reason
                 ])?;
-            conn.prepare_cached(&sql.ops.pl_shared_clear)?
-                .execute([&id])?;
+            conn.prepare_cached(&sql.pl_shared_clear)?.execute([&id])?;
             n += 1;
         }
         Ok(n)
@@ -223,16 +225,15 @@ impl WriteOp for ConfigSet {
         let list = |v: &[String]| {
             serde_json::to_string(v).map_err(|e| Error::unserialisable("a list of strings", &e))
         };
-        conn.prepare_cached(&sql.ops.pl_config_set)?
-            .execute(params![
-                c.event_type,
-                list(&c.stages)?,
-                c.retention_days,
-                list(&c.redact)?,
-                c.redact_before_store,
-                c.updated_at.as_millis(),
-                c.updated_by
-            ])?;
+        conn.prepare_cached(&sql.pl_config_set)?.execute(params![
+            c.event_type,
+            list(&c.stages)?,
+            c.retention_days,
+            list(&c.redact)?,
+            c.redact_before_store,
+            c.updated_at.as_millis(),
+            c.updated_by
+        ])?;
         Ok(())
     }
 }
@@ -244,7 +245,7 @@ impl WriteOp for ConfigDelete {
 
     fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<bool> {
         Ok(conn
-            .prepare_cached(&sql.ops.pl_config_delete)?
+            .prepare_cached(&sql.pl_config_delete)?
             .execute([&self.0])?
             == 1)
     }
@@ -256,7 +257,7 @@ impl WriteOp for Delete {
     type Reply = u64;
 
     fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<u64> {
-        let mut stmt = conn.prepare_cached(&sql.ops.pl_delete)?;
+        let mut stmt = conn.prepare_cached(&sql.pl_delete)?;
         let mut n = 0;
         for k in &self.0 {
             n += stmt.execute(params![
@@ -282,7 +283,7 @@ impl WriteOp for ExpireShared {
 
     fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<(u64, Option<i64>)> {
         let rows: Vec<(i64, String, String, i64, bool)> = conn
-            .prepare_cached(&sql.ops.pl_shared_scan)?
+            .prepare_cached(&sql.pl_shared_scan)?
             .query_map(
                 params![self.after, i64::try_from(self.scan).unwrap_or(i64::MAX)],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
@@ -291,7 +292,7 @@ impl WriteOp for ExpireShared {
         let next = (rows.len() == self.scan)
             .then(|| rows.last().map(|r| r.0))
             .flatten();
-        let mut clear = conn.prepare_cached(&sql.ops.pl_shared_clear)?;
+        let mut clear = conn.prepare_cached(&sql.pl_shared_clear)?;
         let mut n = 0;
         for (_, id, event_type, created_at, marked) in &rows {
             if *marked && Timestamp(*created_at) <= self.retention.cutoff(event_type) {
@@ -312,7 +313,7 @@ impl WriteOp for PurgeDeleted {
 
     fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<u64> {
         Ok(conn
-            .prepare_cached(&sql.ops.pl_purge_deleted)?
+            .prepare_cached(&sql.pl_purge_deleted)?
             .execute(params![
                 self.cutoff.as_millis(),
                 i64::try_from(self.limit).unwrap_or(i64::MAX)
@@ -336,7 +337,7 @@ impl PayloadStore for SqliteStore {
             .read(move |c| {
                 let id = event_id.to_string();
                 let list = c
-                    .prepare_cached(&sql.ops.pl_list)?
+                    .prepare_cached(&sql.pl_list)?
                     .query_map([&id], stored_from_row)?
                     .collect::<rusqlite::Result<Vec<_>>>()?;
                 let shared = shared_of(c, &sql, &id)?;
@@ -377,7 +378,7 @@ impl PayloadStore for SqliteStore {
     async fn payload_config_list(&self) -> Result<Vec<PayloadConfig>> {
         let sql = self.sql.clone();
         self.read(move |c| {
-            c.prepare_cached(&sql.ops.pl_config_list)?
+            c.prepare_cached(&sql.pl_config_list)?
                 .query_map([], config_from_row)?
                 .collect()
         })
@@ -418,11 +419,11 @@ impl PayloadStore for SqliteStore {
             };
             let rows: Vec<(SnapshotKey, String, bool)> = match &after {
                 None => c
-                    .prepare_cached(&sql.ops.pl_scan_first)?
+                    .prepare_cached(&sql.pl_scan_first)?
                     .query_map([limit], map)?
                     .collect::<rusqlite::Result<_>>()?,
                 Some(k) => c
-                    .prepare_cached(&sql.ops.pl_scan_after)?
+                    .prepare_cached(&sql.pl_scan_after)?
                     .query_map(
                         params![
                             k.event_id.to_string(),

@@ -8,7 +8,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::dead_letter_rows::{dead_letter_from_row, status, ts};
 use super::rows::json_list;
 use super::sql::Sql;
-use super::sql_ops::OpsSql;
 use crate::actor::Actor;
 use crate::clock::Timestamp;
 use crate::dlq::{
@@ -86,7 +85,7 @@ fn state_of(d: &DeadLetter, rounds: u32) -> State {
 }
 
 /// One record and its round count, inside the writer's transaction.
-fn load(conn: &Connection, sql: &OpsSql, id: EventId) -> Result<Option<(DeadLetter, u32)>> {
+fn load(conn: &Connection, sql: &Sql, id: EventId) -> Result<Option<(DeadLetter, u32)>> {
     Ok(conn
         .prepare_cached(&sql.dl_get)?
         .query_row([id.to_string()], |r| {
@@ -99,7 +98,7 @@ fn history_json(history: &[ErrorRound]) -> Result<String> {
     serde_json::to_string(history).map_err(|e| Error::unserialisable("an error history", &e))
 }
 
-fn adjust(conn: &Connection, sql: &OpsSql, d: &GroupDelta) -> Result<()> {
+fn adjust(conn: &Connection, sql: &Sql, d: &GroupDelta) -> Result<()> {
     if d.count == 0 && d.open == 0 {
         return Ok(());
     }
@@ -121,7 +120,7 @@ pub(super) fn write_death(
     death: &Death,
     now: Timestamp,
 ) -> Result<()> {
-    let ops = &sql.ops;
+    let ops = sql;
     let existing = load(conn, ops, id)?.map(|(d, rounds)| Existing {
         state: state_of(&d, rounds),
         fingerprint: d.fingerprint,
@@ -195,13 +194,7 @@ pub(super) fn write_death(
     Ok(())
 }
 
-fn set_state(
-    conn: &Connection,
-    ops: &OpsSql,
-    id: EventId,
-    s: &State,
-    now: Timestamp,
-) -> Result<()> {
+fn set_state(conn: &Connection, ops: &Sql, id: EventId, s: &State, now: Timestamp) -> Result<()> {
     conn.prepare_cached(&ops.dl_set_state)?.execute(params![
         id.to_string(),
         s.status.as_str(),
@@ -226,7 +219,7 @@ pub(super) fn write_delivered(
     id: EventId,
     now: Timestamp,
 ) -> Result<()> {
-    let ops = &sql.ops;
+    let ops = sql;
     let Some((d, rounds)) = load(conn, ops, id)? else {
         return Ok(());
     };
@@ -251,7 +244,7 @@ struct Locked {
 }
 
 /// A record's lifecycle, group and selection fields, inside the writer's transaction.
-fn load_state(conn: &Connection, sql: &OpsSql, id: EventId) -> Result<Option<Locked>> {
+fn load_state(conn: &Connection, sql: &Sql, id: EventId) -> Result<Option<Locked>> {
     Ok(conn
         .prepare_cached(&sql.dl_state)?
         .query_row([id.to_string()], |r| {
@@ -290,7 +283,7 @@ pub(super) fn apply_action(
     still_matching: Option<&DeadLetterFilter>,
     now: Timestamp,
 ) -> Result<bool> {
-    let ops = &sql.ops;
+    let ops = sql;
     let locked = load_state(conn, ops, id)?.ok_or_else(|| Error::NotFound {
         what: format!("dead letter {id}"),
     })?;
@@ -355,7 +348,7 @@ pub(super) fn apply_action(
 pub(super) fn delete_dead_event(conn: &Connection, sql: &Sql, id: EventId) -> Result<bool> {
     super::payloads::keep_shared(conn, sql, &id.to_string())?;
     Ok(conn
-        .prepare_cached(&sql.ops.dl_delete_event)?
+        .prepare_cached(&sql.dl_delete_event)?
         .execute([id.to_string()])?
         == 1)
 }
