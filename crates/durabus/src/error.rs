@@ -321,71 +321,6 @@ impl std::error::Error for Shared {
     }
 }
 
-#[cfg(feature = "sqlite")]
-impl From<rusqlite::Error> for Error {
-    fn from(err: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode;
-        let kind = match &err {
-            rusqlite::Error::SqliteFailure(e, _) => match e.code {
-                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => ErrorKind::Locked,
-                ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt => ErrorKind::Corrupt,
-                ErrorCode::ConstraintViolation => match e.extended_code {
-                    // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
-                    1555 | 2067 => ErrorKind::Conflict,
-                    _ => ErrorKind::InvalidInput,
-                },
-                ErrorCode::DiskFull
-                | ErrorCode::SystemIoFailure
-                | ErrorCode::ReadOnly
-                | ErrorCode::CannotOpen
-                | ErrorCode::PermissionDenied => ErrorKind::Io,
-                ErrorCode::TooBig => ErrorKind::InvalidInput,
-                _ => ErrorKind::Internal,
-            },
-            rusqlite::Error::QueryReturnedNoRows => ErrorKind::NotFound,
-            rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::InvalidColumnType(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..)
-            | rusqlite::Error::Utf8Error(..) => ErrorKind::Corrupt,
-            _ => ErrorKind::Internal,
-        };
-        Error::database(kind, "SQLite error", err)
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl From<sqlx::Error> for Error {
-    fn from(err: sqlx::Error) -> Self {
-        crate::store::postgres::liveness::note(&err);
-        match err {
-            sqlx::Error::PoolTimedOut => Error::Unavailable {
-                source: "no connection became available in time".into(),
-            },
-            sqlx::Error::PoolClosed => Error::StoreClosed,
-            sqlx::Error::Io(e) => Error::Unavailable { source: e.into() },
-            sqlx::Error::Database(e) => {
-                let code = e.code().map(|c| c.into_owned()).unwrap_or_default();
-                let kind = match code.as_str() {
-                    c if crate::store::postgres::liveness::connection_ended(c) => {
-                        return Error::Unavailable { source: e.into() };
-                    }
-                    "23505" | "40001" | "40P01" => ErrorKind::Conflict,
-                    c if c.starts_with("22") || c.starts_with("23") => ErrorKind::InvalidInput,
-                    "53100" => ErrorKind::Io,
-                    "55P03" => ErrorKind::Locked,
-                    _ => ErrorKind::Internal,
-                };
-                Error::database(kind, "PostgreSQL error", e)
-            }
-            e @ (sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_)) => {
-                Error::corrupt("a PostgreSQL column", e)
-            }
-            sqlx::Error::RowNotFound => Error::database(ErrorKind::NotFound, "PostgreSQL", err),
-            other => Error::database(ErrorKind::Internal, "PostgreSQL error", other),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,35 +392,5 @@ mod tests {
         assert!(copy.to_string().contains("disk full"), "{copy}");
         let locked = Error::duplicate(&Arc::new(Error::Locked(Duration::from_secs(3))));
         assert!(matches!(locked, Error::Locked(d) if d == Duration::from_secs(3)));
-    }
-
-    #[cfg(feature = "sqlite")]
-    #[test]
-    fn sqlite_codes_map_to_kinds() {
-        let busy = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-            None,
-        );
-        assert_eq!(Error::from(busy).kind(), ErrorKind::Locked);
-        let notadb = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
-            None,
-        );
-        assert_eq!(Error::from(notadb).kind(), ErrorKind::Corrupt);
-        let unique = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE),
-            None,
-        );
-        assert_eq!(Error::from(unique).kind(), ErrorKind::Conflict);
-        let check = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CONSTRAINT_CHECK),
-            None,
-        );
-        assert_eq!(Error::from(check).kind(), ErrorKind::InvalidInput);
-        let full = rusqlite::Error::SqliteFailure(
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
-            None,
-        );
-        assert_eq!(Error::from(full).kind(), ErrorKind::Io);
     }
 }

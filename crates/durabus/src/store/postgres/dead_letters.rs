@@ -236,14 +236,17 @@ mod futures_like {
 #[async_trait]
 impl DeadLetterStore for PgStore {
     async fn dlq_list(&self, filter: DeadLetterFilter, page: Keyset) -> Result<Vec<DeadLetter>> {
-        self.check()?;
-        let (text, args) = self.sql.ops.dl_list(&filter, &page);
-        bind_args(q(&text), args)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| dead_letter(r).map(|(d, _)| d))
-            .collect()
+        self.noted(async {
+            self.check()?;
+            let (text, args) = self.sql.ops.dl_list(&filter, &page);
+            bind_args(q(&text), args)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| dead_letter(r).map(|(d, _)| d))
+                .collect()
+        })
+        .await
     }
 
     async fn dlq_list_summaries(
@@ -251,76 +254,100 @@ impl DeadLetterStore for PgStore {
         filter: DeadLetterFilter,
         page: Keyset,
     ) -> Result<Vec<DeadLetterSummary>> {
-        self.check()?;
-        let (text, args) = self.sql.ops.dl_list_summaries(&filter, &page);
-        bind_args(q(&text), args)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(summary)
-            .collect()
+        self.noted(async {
+            self.check()?;
+            let (text, args) = self.sql.ops.dl_list_summaries(&filter, &page);
+            bind_args(q(&text), args)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(summary)
+                .collect()
+        })
+        .await
     }
 
     async fn dlq_get(&self, event_id: EventId) -> Result<Option<DeadLetter>> {
-        self.check()?;
-        let mut conn = self.pool.acquire().await?;
-        super::dead_letter_rows::get(&mut conn, &self.sql.ops, event_id).await
+        self.noted(async {
+            self.check()?;
+            let mut conn = self.pool.acquire().await?;
+            super::dead_letter_rows::get(&mut conn, &self.sql.ops, event_id).await
+        })
+        .await
     }
 
     async fn dlq_count(&self, filter: DeadLetterFilter, bound: Option<i64>) -> Result<u64> {
-        self.check()?;
-        let (text, args) = self.sql.ops.dl_count(&filter, bound);
-        let n: i64 = bind_args(q(&text), args)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        self.noted(async {
+            self.check()?;
+            let (text, args) = self.sql.ops.dl_count(&filter, bound);
+            let n: i64 = bind_args(q(&text), args)
+                .fetch_one(&self.pool)
+                .await?
+                .try_get(0)?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
     }
 
     async fn dlq_max_seq(&self) -> Result<i64> {
-        self.check()?;
-        Ok(q(&self.sql.ops.dl_max_seq)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?)
+        self.noted(async {
+            self.check()?;
+            Ok(q(&self.sql.ops.dl_max_seq)
+                .fetch_one(&self.pool)
+                .await?
+                .try_get(0)?)
+        })
+        .await
     }
 
     async fn dlq_groups(&self, limit: u32) -> Result<Vec<DeadLetterGroup>> {
-        self.check()?;
-        q(&self.sql.ops.groups)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(DeadLetterGroup {
-                    fingerprint: r.try_get("fingerprint")?,
-                    subscription: r.try_get("subscription")?,
-                    signature: r.try_get("signature")?,
-                    sample_error: r.try_get("sample_error")?,
-                    count: u64::try_from(r.try_get::<i64, _>("count")?).unwrap_or(0),
-                    open: u64::try_from(r.try_get::<i64, _>("open")?).unwrap_or(0),
-                    first_seen: Timestamp(r.try_get("first_seen")?),
-                    last_seen: Timestamp(r.try_get("last_seen")?),
-                    event_types: json(r, "event_types")?,
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.groups)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(DeadLetterGroup {
+                        fingerprint: r.try_get("fingerprint")?,
+                        subscription: r.try_get("subscription")?,
+                        signature: r.try_get("signature")?,
+                        sample_error: r.try_get("sample_error")?,
+                        count: u64::try_from(r.try_get::<i64, _>("count")?).unwrap_or(0),
+                        open: u64::try_from(r.try_get::<i64, _>("open")?).unwrap_or(0),
+                        first_seen: Timestamp(r.try_get("first_seen")?),
+                        last_seen: Timestamp(r.try_get("last_seen")?),
+                        event_types: json(r, "event_types")?,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
+        .await
     }
 
     async fn dlq_auto_retry_due(&self, now: Timestamp, limit: usize) -> Result<Vec<EventId>> {
-        self.event_ids(&self.sql.ops.dl_auto_due, now.as_millis(), limit)
-            .await
+        self.noted(async {
+            self.event_ids(&self.sql.ops.dl_auto_due, now.as_millis(), limit)
+                .await
+        })
+        .await
     }
 
     async fn dlq_closed_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>> {
-        self.event_ids(&self.sql.ops.dl_closed_before, cutoff.as_millis(), limit)
-            .await
+        self.noted(async {
+            self.event_ids(&self.sql.ops.dl_closed_before, cutoff.as_millis(), limit)
+                .await
+        })
+        .await
     }
 
     async fn dlq_dead_before(&self, cutoff: Timestamp, limit: usize) -> Result<Vec<EventId>> {
-        self.event_ids(&self.sql.ops.dl_dead_before, cutoff.as_millis(), limit)
-            .await
+        self.noted(async {
+            self.event_ids(&self.sql.ops.dl_dead_before, cutoff.as_millis(), limit)
+                .await
+        })
+        .await
     }
 
     async fn dlq_select(
@@ -330,86 +357,96 @@ impl DeadLetterStore for PgStore {
         bound: i64,
         limit: usize,
     ) -> Result<Vec<(EventId, i64)>> {
-        self.check()?;
-        let (text, args) = self.sql.ops.dl_chunk(filter, after, bound, limit.max(1));
-        bind_args(q(&text), args)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| Ok((EventId(r.try_get::<Uuid, _>(0)?), r.try_get(1)?)))
-            .collect()
+        self.noted(async {
+            self.check()?;
+            let (text, args) = self.sql.ops.dl_chunk(filter, after, bound, limit.max(1));
+            bind_args(q(&text), args)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| Ok((EventId(r.try_get::<Uuid, _>(0)?), r.try_get(1)?)))
+                .collect()
+        })
+        .await
     }
 
     async fn dlq_act(&self, batch: ActBatch, now: Timestamp) -> Result<ActReport> {
-        let sql = self.sql.clone();
-        let channel = self.channel.clone();
-        self.acting(move |conn| {
-            Box::pin(async move {
-                let ops = &sql.ops;
-                let many = act_many(
-                    &mut *conn,
-                    ops,
-                    &batch.ids,
-                    &batch.action,
-                    &batch.actor,
-                    batch.still_matching.as_ref(),
-                    now,
-                )
-                .await?;
-                let mut report = ActReport {
-                    applied: many.processed,
-                    skipped: many.skipped,
-                    operation: None,
-                    after: Vec::new(),
-                };
-                if batch.read_back {
-                    for id in &batch.ids {
-                        if report.skipped.iter().any(|(s, _)| s == id) {
-                            continue;
-                        }
-                        let got = super::dead_letter_rows::get(&mut *conn, ops, *id).await?;
-                        report.after.extend(got);
-                    }
-                }
-                if let Some(chunk) = &batch.chunk {
-                    // The actions are set-based statements: "halfway" is after them, before
-                    // the progress and the commit.
-                    crate::fail_point!("bulk.chunk");
-                    let mut advance = chunk.advance.clone();
-                    advance.processed = report.applied;
-                    advance.skipped = report.skipped.len() as u64;
-                    let write = Chunk {
-                        id: &chunk.operation,
-                        holder: &chunk.holder,
-                        lease_until: now.plus(chunk.lease),
+        self.noted(async {
+            let sql = self.sql.clone();
+            let channel = self.channel.clone();
+            self.acting(move |conn| {
+                Box::pin(async move {
+                    let ops = &sql.ops;
+                    let many = act_many(
+                        &mut *conn,
+                        ops,
+                        &batch.ids,
+                        &batch.action,
+                        &batch.actor,
+                        batch.still_matching.as_ref(),
+                        now,
+                    )
+                    .await?;
+                    let mut report = ActReport {
+                        applied: many.processed,
+                        skipped: many.skipped,
+                        operation: None,
+                        after: Vec::new(),
                     };
-                    report.operation = Some(
-                        write_advance(&mut *conn, &sql, &channel, &write, &advance, now).await?,
-                    );
-                }
-                Ok((report, many.requeued))
+                    if batch.read_back {
+                        for id in &batch.ids {
+                            if report.skipped.iter().any(|(s, _)| s == id) {
+                                continue;
+                            }
+                            let got = super::dead_letter_rows::get(&mut *conn, ops, *id).await?;
+                            report.after.extend(got);
+                        }
+                    }
+                    if let Some(chunk) = &batch.chunk {
+                        // The actions are set-based statements: "halfway" is after them, before
+                        // the progress and the commit.
+                        crate::fail_point!("bulk.chunk");
+                        let mut advance = chunk.advance.clone();
+                        advance.processed = report.applied;
+                        advance.skipped = report.skipped.len() as u64;
+                        let write = Chunk {
+                            id: &chunk.operation,
+                            holder: &chunk.holder,
+                            lease_until: now.plus(chunk.lease),
+                        };
+                        report.operation = Some(
+                            write_advance(&mut *conn, &sql, &channel, &write, &advance, now)
+                                .await?,
+                        );
+                    }
+                    Ok((report, many.requeued))
+                })
             })
+            .await
         })
         .await
     }
 
     async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64> {
-        self.check()?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let mut tx = tx::begin(&self.pool).await?;
-        let n = q(&self.sql.ops.dl_count_dead)
-            .bind(&raw)
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get::<i64, _>(0)?;
-        q(&self.sql.ops.dl_delete_many)
-            .bind(&raw)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(u64::try_from(n).unwrap_or(0))
+        self.noted(async {
+            self.check()?;
+            if ids.is_empty() {
+                return Ok(0);
+            }
+            let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+            let mut tx = tx::begin(&self.pool).await?;
+            let n = q(&self.sql.ops.dl_count_dead)
+                .bind(&raw)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get::<i64, _>(0)?;
+            q(&self.sql.ops.dl_delete_many)
+                .bind(&raw)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+        .await
     }
 }

@@ -24,97 +24,106 @@ impl EventStore for PgStore {
         mode: InsertMode,
         now: Timestamp,
     ) -> Result<Vec<bool>> {
-        self.check()?;
-        if events.is_empty() {
-            return Ok(Vec::new());
-        }
-        // This store keeps each snapshot as a row of its own: a shared one is compressed here,
-        // on the caller's task.
-        for s in snapshots.iter_mut().filter(|s| s.shared) {
-            if let Some(e) = events.iter().find(|e| e.id == s.event_id) {
-                s.fill(&e.payload)?;
+        self.noted(async {
+            self.check()?;
+            if events.is_empty() {
+                return Ok(Vec::new());
             }
-        }
-        snapshots.retain(|s| !s.shared);
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let request = insert::Request {
-            events,
-            snapshots,
-            now: now.as_millis(),
-            claimed: mode == InsertMode::Claimed,
-            reply,
-        };
-        if request.events.len() > insert::GROUP_MAX_EVENTS {
-            self.inserter.write(vec![request]).await;
-        } else if let Some(slot) = self.inserter.direct_slot() {
-            self.inserter.write(vec![request]).await;
-            drop(slot);
-        } else {
-            let sender = lock(&self.inserts).clone().ok_or(Error::StoreClosed)?;
-            self.inserter.queued.fetch_add(1, Ordering::AcqRel);
-            if sender.send(request).is_err() {
-                self.inserter.queued.fetch_sub(1, Ordering::AcqRel);
-                return Err(Error::StoreClosed);
+            // This store keeps each snapshot as a row of its own: a shared one is compressed here,
+            // on the caller's task.
+            for s in snapshots.iter_mut().filter(|s| s.shared) {
+                if let Some(e) = events.iter().find(|e| e.id == s.event_id) {
+                    s.fill(&e.payload)?;
+                }
             }
-        }
-        answer.await.map_err(|_| Error::StoreClosed)?
+            snapshots.retain(|s| !s.shared);
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            let request = insert::Request {
+                events,
+                snapshots,
+                now: now.as_millis(),
+                claimed: mode == InsertMode::Claimed,
+                reply,
+            };
+            if request.events.len() > insert::GROUP_MAX_EVENTS {
+                self.inserter.write(vec![request]).await;
+            } else if let Some(slot) = self.inserter.direct_slot() {
+                self.inserter.write(vec![request]).await;
+                drop(slot);
+            } else {
+                let sender = lock(&self.inserts).clone().ok_or(Error::StoreClosed)?;
+                self.inserter.queued.fetch_add(1, Ordering::AcqRel);
+                if sender.send(request).is_err() {
+                    self.inserter.queued.fetch_sub(1, Ordering::AcqRel);
+                    return Err(Error::StoreClosed);
+                }
+            }
+            answer.await.map_err(|_| Error::StoreClosed)?
+        })
+        .await
     }
 
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
-        self.check()?;
-        let token = Uuid::now_v7();
-        let holding = self.held_tokens();
-        let cost = interrupted(Interruption::LeaseExpired);
-        let asked = std::time::Instant::now();
-        let mut conn = self.pool.acquire().await?;
-        let lease_from = super::heartbeat::lease_start(now, asked.elapsed(), self.lease_ms);
-        let rows = q(&self.sql.claim)
-            .bind(now.as_millis())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(&self.worker)
-            .bind(token)
-            .bind(self.lease_ms)
-            .bind(&holding)
-            .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
-            .bind(cost.note)
-            .bind(WORKER_PLACEHOLDER)
-            .bind(lease_from.as_millis())
-            .fetch_all(&mut *conn)
-            .await?;
-        drop(conn);
-        {
-            // Held from here on, even if a row fails to decode below: its lease is renewed and
-            // it can be released, instead of waiting out the lease.
-            let mut held = self.held();
-            for row in &rows {
-                if let Ok(id) = row.try_get::<Uuid, _>("id") {
-                    held.insert(EventId(id), token);
+        self.noted(async {
+            self.check()?;
+            let token = Uuid::now_v7();
+            let holding = self.held_tokens();
+            let cost = interrupted(Interruption::LeaseExpired);
+            let asked = std::time::Instant::now();
+            let mut conn = self.pool.acquire().await?;
+            let lease_from = super::heartbeat::lease_start(now, asked.elapsed(), self.lease_ms);
+            let rows = q(&self.sql.claim)
+                .bind(now.as_millis())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(&self.worker)
+                .bind(token)
+                .bind(self.lease_ms)
+                .bind(&holding)
+                .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
+                .bind(cost.note)
+                .bind(WORKER_PLACEHOLDER)
+                .bind(lease_from.as_millis())
+                .fetch_all(&mut *conn)
+                .await?;
+            drop(conn);
+            {
+                // Held from here on, even if a row fails to decode below: its lease is renewed and
+                // it can be released, instead of waiting out the lease.
+                let mut held = self.held();
+                for row in &rows {
+                    if let Ok(id) = row.try_get::<Uuid, _>("id") {
+                        held.insert(EventId(id), token);
+                    }
                 }
             }
-        }
-        let mut events = Vec::with_capacity(rows.len());
-        let mut reclaimed = 0usize;
-        for row in &rows {
-            if row.try_get::<bool, _>("reclaimed")? {
-                reclaimed += 1;
+            let mut events = Vec::with_capacity(rows.len());
+            let mut reclaimed = 0usize;
+            for row in &rows {
+                if row.try_get::<bool, _>("reclaimed")? {
+                    reclaimed += 1;
+                }
+                events.push(rows::event(row)?);
             }
-            events.push(rows::event(row)?);
-        }
-        if reclaimed > 0 {
-            tracing::warn!(
-                events = reclaimed,
-                worker = %self.worker,
-                "reclaimed events whose worker stopped renewing its lease"
-            );
-        }
-        events.sort_by_key(|e| (e.next_attempt_at, e.id));
-        Ok(events)
+            if reclaimed > 0 {
+                tracing::warn!(
+                    events = reclaimed,
+                    worker = %self.worker,
+                    "reclaimed events whose worker stopped renewing its lease"
+                );
+            }
+            events.sort_by_key(|e| (e.next_attempt_at, e.id));
+            Ok(events)
+        })
+        .await
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>> {
-        self.check()?;
-        let row = q(&self.sql.next_due).fetch_one(&self.pool).await?;
-        Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
+        self.noted(async {
+            self.check()?;
+            let row = q(&self.sql.next_due).fetch_one(&self.pool).await?;
+            Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
+        })
+        .await
     }
 
     async fn record_many_with(
@@ -123,125 +132,134 @@ impl EventStore for PgStore {
         snapshots: Vec<NewSnapshot>,
         now: Timestamp,
     ) -> Result<Vec<bool>> {
-        self.check()?;
-        let tokens: Vec<Option<Uuid>> = {
-            let held = self.held();
-            outcomes
-                .iter()
-                .map(|o| held.get(&o.id()).copied())
-                .collect()
-        };
-        // The common case, completions alone, is one statement without a transaction around
-        // it; what it leaves (revived dead letters, lost leases) and every other outcome is
-        // written in one transaction.
-        let alone =
-            snapshots.is_empty() && outcomes.iter().all(|o| matches!(o, Outcome::Done { .. }));
-        let mut flags = if alone {
-            self.record_done_alone(&outcomes, &tokens, now.as_millis())
-                .await?
-        } else {
-            vec![false; outcomes.len()]
-        };
-        let rest: Vec<usize> = (0..outcomes.len())
-            .filter(|&i| !flags[i] && tokens[i].is_some())
-            .collect();
-        if !rest.is_empty() {
-            let mut tx = tx::begin(&self.pool).await?;
-            if rest.len() == outcomes.len() {
-                flags = self
-                    .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
-                    .await?;
+        self.noted(async {
+            self.check()?;
+            let tokens: Vec<Option<Uuid>> = {
+                let held = self.held();
+                outcomes
+                    .iter()
+                    .map(|o| held.get(&o.id()).copied())
+                    .collect()
+            };
+            // The common case, completions alone, is one statement without a transaction around
+            // it; what it leaves (revived dead letters, lost leases) and every other outcome is
+            // written in one transaction.
+            let alone =
+                snapshots.is_empty() && outcomes.iter().all(|o| matches!(o, Outcome::Done { .. }));
+            let mut flags = if alone {
+                self.record_done_alone(&outcomes, &tokens, now.as_millis())
+                    .await?
             } else {
-                let some: Vec<Outcome> = rest.iter().map(|&i| outcomes[i].clone()).collect();
-                let their: Vec<Option<Uuid>> = rest.iter().map(|&i| tokens[i]).collect();
-                let written = self
-                    .record_in(&mut tx, &some, &their, now.as_millis())
-                    .await?;
-                for (&i, ok) in rest.iter().zip(written) {
-                    flags[i] = ok;
-                }
-            }
-            let kept: Vec<&NewSnapshot> = snapshots
-                .iter()
-                .filter(|s| {
-                    outcomes
-                        .iter()
-                        .zip(&flags)
-                        .any(|(o, applied)| *applied && o.id() == s.event_id)
-                })
+                vec![false; outcomes.len()]
+            };
+            let rest: Vec<usize> = (0..outcomes.len())
+                .filter(|&i| !flags[i] && tokens[i].is_some())
                 .collect();
-            if !kept.is_empty() {
-                super::payloads::put_in(&mut tx, &self.sql.ops, &kept).await?;
+            if !rest.is_empty() {
+                let mut tx = tx::begin(&self.pool).await?;
+                if rest.len() == outcomes.len() {
+                    flags = self
+                        .record_in(&mut tx, &outcomes, &tokens, now.as_millis())
+                        .await?;
+                } else {
+                    let some: Vec<Outcome> = rest.iter().map(|&i| outcomes[i].clone()).collect();
+                    let their: Vec<Option<Uuid>> = rest.iter().map(|&i| tokens[i]).collect();
+                    let written = self
+                        .record_in(&mut tx, &some, &their, now.as_millis())
+                        .await?;
+                    for (&i, ok) in rest.iter().zip(written) {
+                        flags[i] = ok;
+                    }
+                }
+                let kept: Vec<&NewSnapshot> = snapshots
+                    .iter()
+                    .filter(|s| {
+                        outcomes
+                            .iter()
+                            .zip(&flags)
+                            .any(|(o, applied)| *applied && o.id() == s.event_id)
+                    })
+                    .collect();
+                if !kept.is_empty() {
+                    super::payloads::put_in(&mut tx, &self.sql.ops, &kept).await?;
+                }
+                tx.commit().await?;
             }
-            tx.commit().await?;
-        }
-        {
-            let mut held = self.held();
-            for (o, t) in outcomes.iter().zip(&tokens) {
-                // Forget the token only if no newer claim replaced it meanwhile.
-                if held.get(&o.id()) == t.as_ref() {
-                    held.remove(&o.id());
+            {
+                let mut held = self.held();
+                for (o, t) in outcomes.iter().zip(&tokens) {
+                    // Forget the token only if no newer claim replaced it meanwhile.
+                    if held.get(&o.id()) == t.as_ref() {
+                        held.remove(&o.id());
+                    }
                 }
             }
-        }
-        for (o, ok) in outcomes.iter().zip(&flags) {
-            if !ok {
-                tracing::warn!(event_id = %o.id(), worker = %self.worker,
-                    "outcome not recorded: this worker no longer holds the event's lease");
+            for (o, ok) in outcomes.iter().zip(&flags) {
+                if !ok {
+                    tracing::warn!(event_id = %o.id(), worker = %self.worker,
+                        "outcome not recorded: this worker no longer holds the event's lease");
+                }
             }
-        }
-        let wakes = outcomes.iter().any(|o| match o {
-            Outcome::Retry { .. } => true,
-            Outcome::Dead { death, .. } => death.announcement.is_some(),
-            Outcome::Done { .. } => false,
-        });
-        if wakes {
-            self.wake.notify_one();
-        }
-        Ok(flags)
+            let wakes = outcomes.iter().any(|o| match o {
+                Outcome::Retry { .. } => true,
+                Outcome::Dead { death, .. } => death.announcement.is_some(),
+                Outcome::Done { .. } => false,
+            });
+            if wakes {
+                self.wake.notify_one();
+            }
+            Ok(flags)
+        })
+        .await
     }
 
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
-        self.check()?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
-        let n = q(&self.sql.release)
-            .bind(&raw)
-            .bind(&self.worker)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        {
-            let mut held = self.held();
-            for id in &ids {
-                held.remove(id);
+        self.noted(async {
+            self.check()?;
+            if ids.is_empty() {
+                return Ok(0);
             }
-        }
-        if n > 0 {
-            self.notify_others().await;
-            self.wake.notify_one();
-        }
-        Ok(n)
+            let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
+            let n = q(&self.sql.release)
+                .bind(&raw)
+                .bind(&self.worker)
+                .bind(now.as_millis())
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            {
+                let mut held = self.held();
+                for id in &ids {
+                    held.remove(id);
+                }
+            }
+            if n > 0 {
+                self.notify_others().await;
+                self.wake.notify_one();
+            }
+            Ok(n)
+        })
+        .await
     }
 
     async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
-        self.check()?;
-        let cost = interrupted(Interruption::ProcessStopped);
-        let n = q(&self.sql.recover)
-            .bind(now.as_millis())
-            .bind(self.held_tokens())
-            .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
-            .bind(cost.note)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if n > 0 {
-            self.notify_others().await;
-            self.wake.notify_one();
-        }
-        Ok(n)
+        self.noted(async {
+            self.check()?;
+            let cost = interrupted(Interruption::ProcessStopped);
+            let n = q(&self.sql.recover)
+                .bind(now.as_millis())
+                .bind(self.held_tokens())
+                .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
+                .bind(cost.note)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if n > 0 {
+                self.notify_others().await;
+                self.wake.notify_one();
+            }
+            Ok(n)
+        })
+        .await
     }
 }

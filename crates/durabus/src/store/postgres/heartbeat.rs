@@ -71,6 +71,7 @@ pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::Er
     loop {
         tick.tick().await;
         if let Err(e) = beat.renew(clock.now()).await {
+            super::liveness::note_error(&e);
             tracing::warn!(error = %e, "could not renew leases; retrying at the next beat");
             hook.report(crate::hook::ErrorSource::LeaseRenewal, &e, true);
         }
@@ -97,8 +98,11 @@ impl PgStore {
     /// Renews now, at `now`, the leases of the events this process holds (the background
     /// heartbeat does this every [`heartbeat_interval`](Self::heartbeat_interval)).
     pub async fn heartbeat(&self, now: Timestamp) -> Result<()> {
-        self.check()?;
-        self.beat().renew(now).await
+        self.noted(async {
+            self.check()?;
+            self.beat().renew(now).await
+        })
+        .await
     }
 }
 

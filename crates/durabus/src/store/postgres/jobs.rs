@@ -20,49 +20,52 @@ impl JobStore for PgStore {
         ttl: Duration,
         now: Timestamp,
     ) -> Result<JobStart> {
-        self.check()?;
-        let ops = &self.sql.ops;
-        q(&ops.job_ensure).bind(name).execute(&self.pool).await?;
-        let until = now.plus(ttl).as_millis();
-        let Some(tick) = tick else {
-            let n = q(&ops.job_begin_now)
+        self.noted(async {
+            self.check()?;
+            let ops = &self.sql.ops;
+            q(&ops.job_ensure).bind(name).execute(&self.pool).await?;
+            let until = now.plus(ttl).as_millis();
+            let Some(tick) = tick else {
+                let n = q(&ops.job_begin_now)
+                    .bind(name)
+                    .bind(holder)
+                    .bind(until)
+                    .bind(now.as_millis())
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                return Ok(if n == 1 {
+                    JobStart::Started
+                } else {
+                    JobStart::Busy
+                });
+            };
+            // One statement decides: of the processes racing for this tick, one updates the row.
+            let n = q(&ops.job_begin_tick)
                 .bind(name)
+                .bind(tick.as_millis())
                 .bind(holder)
                 .bind(until)
                 .bind(now.as_millis())
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
-            return Ok(if n == 1 {
-                JobStart::Started
-            } else {
+            if n == 1 {
+                return Ok(JobStart::Started);
+            }
+            let skipped = q(&ops.job_skip_tick)
+                .bind(name)
+                .bind(tick.as_millis())
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            Ok(if skipped == 1 {
                 JobStart::Busy
-            });
-        };
-        // One statement decides: of the processes racing for this tick, one updates the row.
-        let n = q(&ops.job_begin_tick)
-            .bind(name)
-            .bind(tick.as_millis())
-            .bind(holder)
-            .bind(until)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        if n == 1 {
-            return Ok(JobStart::Started);
-        }
-        let skipped = q(&ops.job_skip_tick)
-            .bind(name)
-            .bind(tick.as_millis())
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(if skipped == 1 {
-            JobStart::Busy
-        } else {
-            JobStart::AlreadyRan
+            } else {
+                JobStart::AlreadyRan
+            })
         })
+        .await
     }
 
     async fn job_end(
@@ -73,41 +76,47 @@ impl JobStore for PgStore {
         message: &str,
         now: Timestamp,
     ) -> Result<()> {
-        self.check()?;
-        q(&self.sql.ops.job_end)
-            .bind(name)
-            .bind(holder)
-            .bind(status)
-            .bind(message)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.job_end)
+                .bind(name)
+                .bind(holder)
+                .bind(status)
+                .bind(message)
+                .bind(now.as_millis())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn job_list(&self) -> Result<Vec<JobRow>> {
-        self.check()?;
-        q(&self.sql.ops.jobs)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|r| {
-                Ok(JobRow {
-                    name: r.try_get("name")?,
-                    last_tick: r.try_get::<Option<i64>, _>("last_tick")?.map(Timestamp),
-                    running_by: r.try_get("holder")?,
-                    last_started_at: r
-                        .try_get::<Option<i64>, _>("last_started_at")?
-                        .map(Timestamp),
-                    last_finished_at: r
-                        .try_get::<Option<i64>, _>("last_finished_at")?
-                        .map(Timestamp),
-                    last_status: r.try_get("last_status")?,
-                    last_message: r.try_get("last_message")?,
-                    runs: u64::try_from(r.try_get::<i64, _>("runs")?).unwrap_or(0),
-                    skipped: u64::try_from(r.try_get::<i64, _>("skipped")?).unwrap_or(0),
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.jobs)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(JobRow {
+                        name: r.try_get("name")?,
+                        last_tick: r.try_get::<Option<i64>, _>("last_tick")?.map(Timestamp),
+                        running_by: r.try_get("holder")?,
+                        last_started_at: r
+                            .try_get::<Option<i64>, _>("last_started_at")?
+                            .map(Timestamp),
+                        last_finished_at: r
+                            .try_get::<Option<i64>, _>("last_finished_at")?
+                            .map(Timestamp),
+                        last_status: r.try_get("last_status")?,
+                        last_message: r.try_get("last_message")?,
+                        runs: u64::try_from(r.try_get::<i64, _>("runs")?).unwrap_or(0),
+                        skipped: u64::try_from(r.try_get::<i64, _>("skipped")?).unwrap_or(0),
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
+        .await
     }
 }

@@ -51,14 +51,38 @@ pub(crate) fn connection_ended(code: &str) -> bool {
     code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "57P05")
 }
 
-/// Records a lost connection if `err` says one broke.
-pub(crate) fn note(err: &sqlx::Error) {
-    let ended = match err {
+/// Whether the driver's `err` says its connection broke.
+fn broke(err: &sqlx::Error) -> bool {
+    match err {
         sqlx::Error::Io(_) => true,
         sqlx::Error::Database(e) => e.code().is_some_and(|c| connection_ended(&c)),
         _ => false,
-    };
-    if ended {
+    }
+}
+
+/// Records a lost connection if `err` says one broke.
+pub(crate) fn note(err: &sqlx::Error) {
+    if broke(err) {
+        connection_lost();
+    }
+}
+
+/// Whether `err` (what a store call returned) or one of its sources is a driver error that
+/// says a connection broke.
+fn broken(err: &crate::error::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = next {
+        if let Some(driver) = e.downcast_ref::<sqlx::Error>() {
+            return broke(driver);
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// Records a lost connection if a store call's `err` says one broke.
+pub(crate) fn note_error(err: &crate::error::Error) {
+    if broken(err) {
         connection_lost();
     }
 }
@@ -115,6 +139,21 @@ mod tests {
         let lost = LOST_AT_US.load(Ordering::Relaxed);
         assert!(lost > 0);
         assert!(suspect(Duration::from_millis(1), lost, lost));
+    }
+
+    #[test]
+    fn a_store_error_says_whether_its_connection_broke_however_it_was_passed_on() {
+        use crate::error::{Error, ErrorKind};
+        let io = || sqlx::Error::Io(std::io::Error::other("connection reset"));
+        let converted = Error::from(io());
+        assert_eq!(converted.kind(), ErrorKind::Unavailable);
+        assert!(broken(&converted));
+        // One failure answering many callers (a group commit) keeps it as a source.
+        let shared = Error::duplicate(&std::sync::Arc::new(Error::from(io())));
+        assert!(broken(&shared));
+        assert!(!broken(&Error::from(sqlx::Error::PoolTimedOut)));
+        assert!(!broken(&Error::from(sqlx::Error::RowNotFound)));
+        assert!(!broken(&Error::StoreClosed));
     }
 
     #[test]

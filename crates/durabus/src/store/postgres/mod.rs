@@ -12,6 +12,7 @@
 mod dead_letter_act;
 mod dead_letter_rows;
 mod dead_letters;
+mod error;
 mod events;
 pub mod gauges;
 mod heartbeat;
@@ -275,6 +276,16 @@ impl PgStore {
         PgOutbox::new(self.sql.clone(), self.channel.clone())
     }
 
+    /// Runs a store call; if it failed because a connection broke, every connection idle since
+    /// is pinged before its next use (see `liveness`).
+    async fn noted<T>(&self, call: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+        let result = call.await;
+        if let Err(e) = &result {
+            liveness::note_error(e);
+        }
+        result
+    }
+
     fn check(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             Err(Error::StoreClosed)
@@ -340,23 +351,26 @@ impl StoreLifecycle for PgStore {
     }
 
     async fn close(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        drop(lock(&self.inserts).take());
-        for task in [lock(&self.listener).take(), lock(&self.heartbeat).take()]
-            .into_iter()
-            .flatten()
-        {
-            task.abort();
-        }
-        // Anything still held belongs to handlers abandoned at a drain timeout: they may still
-        // be running, so their leases are left to run out (no heartbeat renews them now) and
-        // other workers take them over then.
-        self.held().clear();
-        if self.owns_pool {
-            self.pool.close().await;
-        }
-        Ok(())
+        self.noted(async {
+            if self.closed.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+            drop(lock(&self.inserts).take());
+            for task in [lock(&self.listener).take(), lock(&self.heartbeat).take()]
+                .into_iter()
+                .flatten()
+            {
+                task.abort();
+            }
+            // Anything still held belongs to handlers abandoned at a drain timeout: they may still
+            // be running, so their leases are left to run out (no heartbeat renews them now) and
+            // other workers take them over then.
+            self.held().clear();
+            if self.owns_pool {
+                self.pool.close().await;
+            }
+            Ok(())
+        })
+        .await
     }
 }

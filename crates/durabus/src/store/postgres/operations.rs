@@ -70,38 +70,44 @@ fn check_id(id: &str) -> Result<()> {
 #[async_trait]
 impl OperationStore for PgStore {
     async fn operation_create(&self, op: NewOperation, now: Timestamp) -> Result<Operation> {
-        self.check()?;
-        check_id(&op.id)?;
-        let params = serde_json::to_string(&op.params)
-            .map_err(|e| Error::unserialisable("an operation's parameters", &e))?;
-        q(&self.sql.ops.op_insert)
-            .bind(&op.id)
-            .bind(op.kind.as_str())
-            .bind(params)
-            .bind(op.bound)
-            .bind(i64::try_from(op.total).unwrap_or(i64::MAX))
-            .bind(&op.actor.name)
-            .bind(op.actor.kind.as_str())
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?;
-        self.operation_get(&op.id)
-            .await?
-            .ok_or_else(|| Error::Internal("a new operation vanished".into()))
+        self.noted(async {
+            self.check()?;
+            check_id(&op.id)?;
+            let params = serde_json::to_string(&op.params)
+                .map_err(|e| Error::unserialisable("an operation's parameters", &e))?;
+            q(&self.sql.ops.op_insert)
+                .bind(&op.id)
+                .bind(op.kind.as_str())
+                .bind(params)
+                .bind(op.bound)
+                .bind(i64::try_from(op.total).unwrap_or(i64::MAX))
+                .bind(&op.actor.name)
+                .bind(op.actor.kind.as_str())
+                .bind(now.as_millis())
+                .execute(&self.pool)
+                .await?;
+            self.operation_get(&op.id)
+                .await?
+                .ok_or_else(|| Error::Internal("a new operation vanished".into()))
+        })
+        .await
     }
 
     async fn operation_get(&self, id: &str) -> Result<Option<Operation>> {
-        self.check()?;
-        if uuid::Uuid::parse_str(id).is_err() {
-            return Ok(None);
-        }
-        q(&self.sql.ops.op_get)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(operation)
-            .transpose()
+        self.noted(async {
+            self.check()?;
+            if uuid::Uuid::parse_str(id).is_err() {
+                return Ok(None);
+            }
+            q(&self.sql.ops.op_get)
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+                .as_ref()
+                .map(operation)
+                .transpose()
+        })
+        .await
     }
 
     async fn operation_list(
@@ -110,16 +116,19 @@ impl OperationStore for PgStore {
         kind: Option<OperationKind>,
         limit: u32,
     ) -> Result<Vec<Operation>> {
-        self.check()?;
-        q(&self.sql.ops.op_list)
-            .bind(status.map(OperationStatus::as_str))
-            .bind(kind.map(OperationKind::as_str))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(operation)
-            .collect()
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.op_list)
+                .bind(status.map(OperationStatus::as_str))
+                .bind(kind.map(OperationKind::as_str))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(operation)
+                .collect()
+        })
+        .await
     }
 
     async fn operation_claim(
@@ -129,70 +138,79 @@ impl OperationStore for PgStore {
         lease: Duration,
         now: Timestamp,
     ) -> Result<Option<Operation>> {
-        self.check()?;
-        check_id(id)?;
-        let ops = &self.sql.ops;
-        let mut tx = tx::begin(&self.pool).await?;
-        let Some(row) = q(&ops.op_lock).bind(id).fetch_optional(&mut *tx).await? else {
-            return Ok(None);
-        };
-        let op = operation(&row)?;
-        if !state::may_claim(
-            op.status,
-            op.holder.as_deref(),
-            op.lease_expires_at,
-            holder,
-            now,
-        ) {
-            return Ok(None);
-        }
-        let row = q(&ops.op_claim)
-            .bind(id)
-            .bind(holder)
-            .bind(now.plus(lease).as_millis())
-            .bind(now.as_millis())
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        operation(&row).map(Some)
+        self.noted(async {
+            self.check()?;
+            check_id(id)?;
+            let ops = &self.sql.ops;
+            let mut tx = tx::begin(&self.pool).await?;
+            let Some(row) = q(&ops.op_lock).bind(id).fetch_optional(&mut *tx).await? else {
+                return Ok(None);
+            };
+            let op = operation(&row)?;
+            if !state::may_claim(
+                op.status,
+                op.holder.as_deref(),
+                op.lease_expires_at,
+                holder,
+                now,
+            ) {
+                return Ok(None);
+            }
+            let row = q(&ops.op_claim)
+                .bind(id)
+                .bind(holder)
+                .bind(now.plus(lease).as_millis())
+                .bind(now.as_millis())
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            operation(&row).map(Some)
+        })
+        .await
     }
 
     async fn operation_open(&self, limit: u32) -> Result<Vec<Operation>> {
-        self.check()?;
-        q(&self.sql.ops.op_open)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(operation)
-            .collect()
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.op_open)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(operation)
+                .collect()
+        })
+        .await
     }
 
     async fn operation_cancel(&self, id: &str, now: Timestamp) -> Result<Operation> {
-        self.check()?;
-        let missing = || Error::NotFound {
-            what: format!("operation {id}"),
-        };
-        if uuid::Uuid::parse_str(id).is_err() {
-            return Err(missing());
-        }
-        let ops = &self.sql.ops;
-        let mut tx = tx::begin(&self.pool).await?;
-        let row = q(&ops.op_lock)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or_else(missing)?;
-        let effect = state::cancel(id, operation(&row)?.status)?;
-        let row = q(&ops.op_cancel)
-            .bind(id)
-            .bind(now.as_millis())
-            .bind(effect.status().as_str())
-            .bind((effect == CancelEffect::Now).then_some(now.as_millis()))
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        operation(&row)
+        self.noted(async {
+            self.check()?;
+            let missing = || Error::NotFound {
+                what: format!("operation {id}"),
+            };
+            if uuid::Uuid::parse_str(id).is_err() {
+                return Err(missing());
+            }
+            let ops = &self.sql.ops;
+            let mut tx = tx::begin(&self.pool).await?;
+            let row = q(&ops.op_lock)
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(missing)?;
+            let effect = state::cancel(id, operation(&row)?.status)?;
+            let row = q(&ops.op_cancel)
+                .bind(id)
+                .bind(now.as_millis())
+                .bind(effect.status().as_str())
+                .bind((effect == CancelEffect::Now).then_some(now.as_millis()))
+                .fetch_one(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            operation(&row)
+        })
+        .await
     }
 
     async fn operation_advance(
@@ -203,29 +221,36 @@ impl OperationStore for PgStore {
         lease: Duration,
         now: Timestamp,
     ) -> Result<Operation> {
-        self.check()?;
-        check_id(id)?;
-        let mut tx = tx::begin(&self.pool).await?;
-        let chunk = Chunk {
-            id,
-            holder,
-            lease_until: now.plus(lease),
-        };
-        let op = write_advance(&mut tx, &self.sql, &self.channel, &chunk, &advance, now).await?;
-        tx.commit().await?;
-        Ok(op)
+        self.noted(async {
+            self.check()?;
+            check_id(id)?;
+            let mut tx = tx::begin(&self.pool).await?;
+            let chunk = Chunk {
+                id,
+                holder,
+                lease_until: now.plus(lease),
+            };
+            let op =
+                write_advance(&mut tx, &self.sql, &self.channel, &chunk, &advance, now).await?;
+            tx.commit().await?;
+            Ok(op)
+        })
+        .await
     }
 
     async fn operation_release(&self, id: &str, holder: &str, now: Timestamp) -> Result<()> {
-        self.check()?;
-        check_id(id)?;
-        q(&self.sql.ops.op_release)
-            .bind(id)
-            .bind(holder)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.noted(async {
+            self.check()?;
+            check_id(id)?;
+            q(&self.sql.ops.op_release)
+                .bind(id)
+                .bind(holder)
+                .bind(now.as_millis())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn operation_fail(
@@ -235,16 +260,19 @@ impl OperationStore for PgStore {
         error: &str,
         now: Timestamp,
     ) -> Result<()> {
-        self.check()?;
-        check_id(id)?;
-        q(&self.sql.ops.op_fail)
-            .bind(id)
-            .bind(holder)
-            .bind(error)
-            .bind(now.as_millis())
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.noted(async {
+            self.check()?;
+            check_id(id)?;
+            q(&self.sql.ops.op_fail)
+                .bind(id)
+                .bind(holder)
+                .bind(error)
+                .bind(now.as_millis())
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 }
 

@@ -93,7 +93,8 @@ impl PgOutbox {
             None,
             Some(Notice::to_all(&self.channel)),
         )
-        .await?;
+        .await
+        .inspect_err(super::liveness::note_error)?;
         Ok(ids)
     }
 }

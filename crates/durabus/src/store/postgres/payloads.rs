@@ -80,24 +80,30 @@ fn config(row: &PgRow) -> Result<PayloadConfig> {
 #[async_trait]
 impl PayloadStore for PgStore {
     async fn payload_put(&self, snapshots: Vec<NewSnapshot>) -> Result<()> {
-        self.check()?;
-        if snapshots.is_empty() {
-            return Ok(());
-        }
-        let refs: Vec<&NewSnapshot> = snapshots.iter().collect();
-        let mut conn = self.pool.acquire().await?;
-        put_in(&mut conn, &self.sql.ops, &refs).await
+        self.noted(async {
+            self.check()?;
+            if snapshots.is_empty() {
+                return Ok(());
+            }
+            let refs: Vec<&NewSnapshot> = snapshots.iter().collect();
+            let mut conn = self.pool.acquire().await?;
+            put_in(&mut conn, &self.sql.ops, &refs).await
+        })
+        .await
     }
 
     async fn payload_list(&self, event_id: EventId) -> Result<Vec<StoredSnapshot>> {
-        self.check()?;
-        q(&self.sql.ops.pl_list)
-            .bind(event_id.0)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(stored)
-            .collect()
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.pl_list)
+                .bind(event_id.0)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(stored)
+                .collect()
+        })
+        .await
     }
 
     async fn payload_soft_delete(
@@ -107,53 +113,65 @@ impl PayloadStore for PgStore {
         actor: &str,
         now: Timestamp,
     ) -> Result<u64> {
-        self.check()?;
-        Ok(q(&self.sql.ops.pl_soft_delete)
-            .bind(event_id.0)
-            .bind(now.as_millis())
-            .bind(actor)
-            .bind(reason)
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        self.noted(async {
+            self.check()?;
+            Ok(q(&self.sql.ops.pl_soft_delete)
+                .bind(event_id.0)
+                .bind(now.as_millis())
+                .bind(actor)
+                .bind(reason)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
+        })
+        .await
     }
 
     async fn payload_config_list(&self) -> Result<Vec<PayloadConfig>> {
-        self.check()?;
-        q(&self.sql.ops.pl_config_list)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(config)
-            .collect()
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.pl_config_list)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(config)
+                .collect()
+        })
+        .await
     }
 
     async fn payload_config_set(&self, c: PayloadConfig) -> Result<()> {
-        self.check()?;
-        let list = |v: &[String]| {
-            serde_json::to_string(v).map_err(|e| Error::unserialisable("a list of strings", &e))
-        };
-        q(&self.sql.ops.pl_config_set)
-            .bind(&c.event_type)
-            .bind(list(&c.stages)?)
-            .bind(i64::from(c.retention_days))
-            .bind(list(&c.redact)?)
-            .bind(c.redact_before_store)
-            .bind(c.updated_at.as_millis())
-            .bind(&c.updated_by)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        self.noted(async {
+            self.check()?;
+            let list = |v: &[String]| {
+                serde_json::to_string(v).map_err(|e| Error::unserialisable("a list of strings", &e))
+            };
+            q(&self.sql.ops.pl_config_set)
+                .bind(&c.event_type)
+                .bind(list(&c.stages)?)
+                .bind(i64::from(c.retention_days))
+                .bind(list(&c.redact)?)
+                .bind(c.redact_before_store)
+                .bind(c.updated_at.as_millis())
+                .bind(&c.updated_by)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
     }
 
     async fn payload_config_delete(&self, event_type: &str) -> Result<bool> {
-        self.check()?;
-        Ok(q(&self.sql.ops.pl_config_delete)
-            .bind(event_type)
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-            == 1)
+        self.noted(async {
+            self.check()?;
+            Ok(q(&self.sql.ops.pl_config_delete)
+                .bind(event_type)
+                .execute(&self.pool)
+                .await?
+                .rows_affected()
+                == 1)
+        })
+        .await
     }
 
     async fn payload_expired(
@@ -162,73 +180,82 @@ impl PayloadStore for PgStore {
         after: Option<SnapshotKey>,
         scan: usize,
     ) -> Result<(Vec<SnapshotKey>, Option<SnapshotKey>)> {
-        self.check()?;
-        let limit = i64::try_from(scan).unwrap_or(i64::MAX);
-        let rows = match &after {
-            None => {
-                q(&self.sql.ops.pl_scan_first)
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?
+        self.noted(async {
+            self.check()?;
+            let limit = i64::try_from(scan).unwrap_or(i64::MAX);
+            let rows = match &after {
+                None => {
+                    q(&self.sql.ops.pl_scan_first)
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?
+                }
+                Some(k) => {
+                    q(&self.sql.ops.pl_scan_after)
+                        .bind(k.event_id.0)
+                        .bind(&k.stage)
+                        .bind(k.created_at.as_millis())
+                        .bind(limit)
+                        .fetch_all(&self.pool)
+                        .await?
+                }
+            };
+            let mut keys = Vec::with_capacity(rows.len());
+            for r in &rows {
+                keys.push((
+                    SnapshotKey {
+                        event_id: EventId(r.try_get::<Uuid, _>("event_id")?),
+                        stage: r.try_get("stage")?,
+                        created_at: Timestamp(r.try_get("created_at")?),
+                    },
+                    r.try_get::<String, _>("event_type")?,
+                    r.try_get::<Option<i64>, _>("deleted_at")?.is_some(),
+                ));
             }
-            Some(k) => {
-                q(&self.sql.ops.pl_scan_after)
-                    .bind(k.event_id.0)
-                    .bind(&k.stage)
-                    .bind(k.created_at.as_millis())
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?
-            }
-        };
-        let mut keys = Vec::with_capacity(rows.len());
-        for r in &rows {
-            keys.push((
-                SnapshotKey {
-                    event_id: EventId(r.try_get::<Uuid, _>("event_id")?),
-                    stage: r.try_get("stage")?,
-                    created_at: Timestamp(r.try_get("created_at")?),
-                },
-                r.try_get::<String, _>("event_type")?,
-                r.try_get::<Option<i64>, _>("deleted_at")?.is_some(),
-            ));
-        }
-        let next = (keys.len() == scan)
-            .then(|| keys.last().map(|(k, _, _)| k.clone()))
-            .flatten();
-        let expired = keys
-            .into_iter()
-            .filter(|(k, t, deleted)| !deleted && k.created_at <= retention.cutoff(t))
-            .map(|(k, _, _)| k)
-            .collect();
-        Ok((expired, next))
+            let next = (keys.len() == scan)
+                .then(|| keys.last().map(|(k, _, _)| k.clone()))
+                .flatten();
+            let expired = keys
+                .into_iter()
+                .filter(|(k, t, deleted)| !deleted && k.created_at <= retention.cutoff(t))
+                .map(|(k, _, _)| k)
+                .collect();
+            Ok((expired, next))
+        })
+        .await
     }
 
     async fn payload_delete(&self, keys: Vec<SnapshotKey>) -> Result<u64> {
-        self.check()?;
-        if keys.is_empty() {
-            return Ok(0);
-        }
-        Ok(q(&self.sql.ops.pl_delete)
-            .bind(keys.iter().map(|k| k.event_id.0).collect::<Vec<_>>())
-            .bind(keys.iter().map(|k| k.stage.clone()).collect::<Vec<_>>())
-            .bind(
-                keys.iter()
-                    .map(|k| k.created_at.as_millis())
-                    .collect::<Vec<_>>(),
-            )
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        self.noted(async {
+            self.check()?;
+            if keys.is_empty() {
+                return Ok(0);
+            }
+            Ok(q(&self.sql.ops.pl_delete)
+                .bind(keys.iter().map(|k| k.event_id.0).collect::<Vec<_>>())
+                .bind(keys.iter().map(|k| k.stage.clone()).collect::<Vec<_>>())
+                .bind(
+                    keys.iter()
+                        .map(|k| k.created_at.as_millis())
+                        .collect::<Vec<_>>(),
+                )
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
+        })
+        .await
     }
 
     async fn payload_purge_deleted(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
-        self.check()?;
-        Ok(q(&self.sql.ops.pl_purge_deleted)
-            .bind(cutoff.as_millis())
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .execute(&self.pool)
-            .await?
-            .rows_affected())
+        self.noted(async {
+            self.check()?;
+            Ok(q(&self.sql.ops.pl_purge_deleted)
+                .bind(cutoff.as_millis())
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
+        })
+        .await
     }
 }

@@ -4,6 +4,7 @@
 mod checkpoint;
 mod dead_letter_rows;
 mod dead_letters;
+mod error;
 mod events;
 pub mod gauges;
 mod jobs;
