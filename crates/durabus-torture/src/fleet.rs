@@ -50,6 +50,15 @@ pub struct Spec<'a> {
     pub env: Vec<(String, String)>,
 }
 
+/// Fail points armed in every child of this run (the checker's self-test), unless a
+/// scenario arms its own.
+static ARMED_IN_EVERY_CHILD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Arms `spec` (a [`durabus::fault::ENV`] value) in every child started from now on.
+pub fn arm_in_every_child(spec: &str) {
+    let _ = ARMED_IN_EVERY_CHILD.set(spec.to_owned());
+}
+
 impl Child {
     /// Starts `spec` as life `life`.
     pub fn start(spec: &Spec<'_>, life: u32) -> anyhow::Result<Child> {
@@ -68,6 +77,7 @@ impl Child {
             .args(["--life", &life.to_string()])
             .args(&spec.args)
             .env_remove(durabus::fault::ENV)
+            .envs(ARMED_IN_EVERY_CHILD.get().map(|a| (durabus::fault::ENV, a)))
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

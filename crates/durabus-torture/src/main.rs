@@ -60,7 +60,9 @@ struct RunArgs {
     /// Keep the work directory (databases, logs) here instead of a temporary one.
     #[arg(long)]
     keep: Option<std::path::PathBuf>,
-    /// The self-test of a deliberately broken build: succeed only if a loss is reported.
+    /// The checker's self-test: every child runs with the fail point
+    /// `publish.ack_before_commit` armed (an enqueue answers before its commit), and the run
+    /// succeeds only if a loss is reported.
     #[arg(long)]
     expect_loss: bool,
     /// Also write the table as Markdown to this file.
@@ -183,6 +185,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             SCENARIOS.iter().any(|(n, ..)| n == name),
             "unknown scenario {name:?} (see `durabus-torture list`)"
         );
+    }
+    if args.expect_loss {
+        fleet::arm_in_every_child(durabus::fault::ACK_BEFORE_COMMIT);
     }
     let tmp = tempfile::tempdir()?;
     let dir = match &args.keep {

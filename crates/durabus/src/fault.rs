@@ -3,16 +3,25 @@
 //! exactly that moment loses nothing acknowledged.
 //!
 //! Compiled only with the `fault-injection` feature, which no application should enable.
-//! Without it the `fail_point!` calls compile to nothing. With it, the
-//! points are armed by the environment variable [`ENV`] of the process, read once:
+//! Without it the `fail_point!` calls compile to nothing. With it, nothing changes until a
+//! point is armed by the environment variable [`ENV`] of the process, read once:
 //! `DURABUS_FAILPOINTS="insert.before_commit=0.05,dlq.move"` aborts (`SIGABRT`) at each hit of
 //! a named point with the given probability (1 when none is given). Unset or empty, every point
 //! is a no-op.
+//!
+//! One point changes behaviour instead of aborting: [`ACK_BEFORE_COMMIT`], the suite's
+//! self-test of its checker. Armed, an `enqueue` answers before its event is committed (and
+//! starts the write 5 ms late), so a kill right after the answer loses the event: the checker
+//! must report it. Enabling the feature never does this by itself.
 
 use std::sync::OnceLock;
 
 /// The environment variable that arms fail points.
 pub const ENV: &str = "DURABUS_FAILPOINTS";
+
+/// The point that makes an `enqueue` (and a batch) answer before its events are committed:
+/// a deliberately broken acknowledgement, for the reliability suite's self-test.
+pub const ACK_BEFORE_COMMIT: &str = "publish.ack_before_commit";
 
 /// Every fail point, with where it sits.
 pub const POINTS: &[(&str, &str)] = &[
@@ -58,7 +67,7 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<(String, f64)>, String> {
             ),
             None => (item, 1.0),
         };
-        if !POINTS.iter().any(|(n, _)| *n == name) {
+        if name != ACK_BEFORE_COMMIT && !POINTS.iter().any(|(n, _)| *n == name) {
             return Err(format!("unknown fail point {name:?}"));
         }
         if !(0.0..=1.0).contains(&p) {
@@ -71,8 +80,8 @@ pub fn parse(spec: &str) -> std::result::Result<Vec<(String, f64)>, String> {
     Ok(armed)
 }
 
-/// A fail point was reached: aborts the process if it is armed and its dice say so.
-pub fn hit(name: &'static str) {
+/// Whether point `name` is armed and its dice say it fires now.
+pub fn fires(name: &str) -> bool {
     let armed = ARMED.get_or_init(|| match std::env::var(ENV) {
         Ok(spec) => parse(&spec).unwrap_or_else(|e| {
             eprintln!("durabus: {ENV}: {e}");
@@ -80,11 +89,17 @@ pub fn hit(name: &'static str) {
         }),
         Err(_) => Vec::new(),
     });
-    if let Some((_, p)) = armed.iter().find(|(n, _)| n == name) {
-        if fastrand::f64() < *p {
-            eprintln!("durabus: fail point {name} fired: aborting");
-            std::process::abort();
-        }
+    armed
+        .iter()
+        .find(|(n, _)| n == name)
+        .is_some_and(|(_, p)| fastrand::f64() < *p)
+}
+
+/// A fail point was reached: aborts the process if it is armed and its dice say so.
+pub fn hit(name: &'static str) {
+    if fires(name) {
+        eprintln!("durabus: fail point {name} fired: aborting");
+        std::process::abort();
     }
 }
 
@@ -103,6 +118,10 @@ mod tests {
             ]
         );
         assert!(parse("").unwrap().is_empty());
+        assert_eq!(
+            parse(ACK_BEFORE_COMMIT).unwrap(),
+            vec![(ACK_BEFORE_COMMIT.to_owned(), 1.0)]
+        );
     }
 
     #[test]

@@ -62,7 +62,7 @@ fn child(path: &str) {
         let mut i = 0u64;
         loop {
             i += 1;
-            let id = if i % 3 == 0 {
+            let id = if i.is_multiple_of(3) {
                 bus.publish("crash.pub", &i).await.unwrap()
             } else {
                 bus.enqueue("crash.enq", &i).await.unwrap()

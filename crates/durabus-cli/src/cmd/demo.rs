@@ -147,7 +147,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
                     ));
                     return Err(format!("card for order #{n} refused by the issuer").into());
                 }
-                if n % 3 == 0 && attempt == 1 {
+                if n.is_multiple_of(3) && attempt == 1 {
                     say(format!(
                         "  payments  order #{n}: gateway timeout, will retry"
                     ));

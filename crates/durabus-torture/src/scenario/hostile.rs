@@ -51,18 +51,18 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
     for target in &targets {
         let note = rt.block_on(on_store(target, &mut row))?;
         notes.push(note);
-        if let Target::Postgres { url, schema } = target {
-            if !s.keep {
-                rt.block_on(async {
-                    let pool = durabus::sqlx::PgPool::connect(url).await?;
-                    durabus::sqlx::raw_sql(durabus::sqlx::AssertSqlSafe(format!(
-                        "DROP SCHEMA IF EXISTS {schema} CASCADE"
-                    )))
-                    .execute(&pool)
-                    .await?;
-                    anyhow::Ok(())
-                })?;
-            }
+        if let Target::Postgres { url, schema } = target
+            && !s.keep
+        {
+            rt.block_on(async {
+                let pool = durabus::sqlx::PgPool::connect(url).await?;
+                durabus::sqlx::raw_sql(durabus::sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS {schema} CASCADE"
+                )))
+                .execute(&pool)
+                .await?;
+                anyhow::Ok(())
+            })?;
         }
     }
     row.faults = row.cycles;

@@ -89,12 +89,12 @@ pub fn kill_loop(s: &Settings) -> anyhow::Result<Row> {
             ));
         }
         killed.insert(life, view::processing(&target)?);
-        if let Target::Sqlite(path) = &target {
-            if path.exists() {
-                let verdict = view::integrity(path)?;
-                if verdict != "ok" {
-                    violations.push(format!("integrity check after life {life}: {verdict}"));
-                }
+        if let Target::Sqlite(path) = &target
+            && path.exists()
+        {
+            let verdict = view::integrity(path)?;
+            if verdict != "ok" {
+                violations.push(format!("integrity check after life {life}: {verdict}"));
             }
         }
     }

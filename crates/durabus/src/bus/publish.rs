@@ -146,14 +146,18 @@ impl EventBus {
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
         let event_type = event.event_type.clone();
         let started = std::time::Instant::now();
-        let turn = if cfg!(feature = "torture-broken-ack") {
+        let early = acks_early();
+        let turn = if early {
             None
         } else {
             self.dispatcher().handoff().take()
         };
         let inserted = match turn {
             Some(turn) => self.insert_handed(event, snapshots, now, turn).await?,
-            None => self.insert_pending(vec![event], snapshots, now).await?,
+            None => {
+                self.insert_pending(vec![event], snapshots, now, early)
+                    .await?
+            }
         };
         counted(self.telemetry(), [event_type.as_str()], &inserted, started);
         crate::fail_point!("publish.before_reply");
@@ -206,15 +210,16 @@ impl EventBus {
         }
     }
 
-    /// Stores `events` as pending; one flag per event, `false` for an id already stored.
+    /// Stores `events` as pending; one flag per event, `false` for an id already stored. With
+    /// `early` (see [`acks_early`]) it answers before they are committed.
     async fn insert_pending(
         &self,
         events: Vec<NewEvent>,
         snapshots: Vec<crate::payload::NewSnapshot>,
         now: crate::Timestamp,
+        early: bool,
     ) -> Result<Vec<bool>> {
-        #[cfg(feature = "torture-broken-ack")]
-        {
+        if early {
             // Deliberately broken (the reliability suite's self-test): answers before the
             // events are committed, so a crash right after the answer loses them. The write
             // starts 5 ms late, so that every kill while events are published finds some
@@ -227,9 +232,8 @@ impl EventBus {
                     .insert_with(events, snapshots, InsertMode::Pending, now)
                     .await;
             });
-            Ok(vec![true; n])
+            return Ok(vec![true; n]);
         }
-        #[cfg(not(feature = "torture-broken-ack"))]
         self.store()
             .insert_with(events, snapshots, InsertMode::Pending, now)
             .await
@@ -253,7 +257,9 @@ impl EventBus {
         let snapshots = self.published_snapshots(&events, now)?;
         let types: Vec<String> = events.iter().map(|e| e.event_type.clone()).collect();
         let started = std::time::Instant::now();
-        let inserted = self.insert_pending(events, snapshots, now).await?;
+        let inserted = self
+            .insert_pending(events, snapshots, now, acks_early())
+            .await?;
         counted(
             self.telemetry(),
             types.iter().map(String::as_str),
@@ -262,6 +268,20 @@ impl EventBus {
         );
         crate::fail_point!("publish.before_reply");
         Ok(ids)
+    }
+}
+
+/// Whether this enqueue answers before its commit: only in a build with the
+/// `fault-injection` feature, and only when the reliability suite has armed
+/// [`fault::ACK_BEFORE_COMMIT`](crate::fault::ACK_BEFORE_COMMIT) at run time.
+fn acks_early() -> bool {
+    #[cfg(feature = "fault-injection")]
+    {
+        crate::fault::fires(crate::fault::ACK_BEFORE_COMMIT)
+    }
+    #[cfg(not(feature = "fault-injection"))]
+    {
+        false
     }
 }
 

@@ -71,7 +71,7 @@ fn decodes(body: &[u8], padding: usize) -> bool {
         return false;
     }
     if padding > 0 {
-        (body.len() + padding) % 4 == 0
+        (body.len() + padding).is_multiple_of(4)
     } else {
         body.len() % 4 != 1
     }

@@ -201,15 +201,15 @@ impl Inserter {
     /// Writes `requests` (all claimed or all not) in one statement and answers each; if the
     /// statement fails, each request is written alone so one bad request fails only itself.
     pub async fn write(&self, requests: Vec<Request>) {
-        if requests.len() > 1 {
-            if let Ok(stored) = self.statement(&requests).await {
-                let mut fresh: HashSet<Uuid> = stored.into_iter().collect();
-                for r in requests {
-                    let flags = flags(&r.events, &mut fresh);
-                    let _ = r.reply.send(Ok(flags));
-                }
-                return;
+        if requests.len() > 1
+            && let Ok(stored) = self.statement(&requests).await
+        {
+            let mut fresh: HashSet<Uuid> = stored.into_iter().collect();
+            for r in requests {
+                let flags = flags(&r.events, &mut fresh);
+                let _ = r.reply.send(Ok(flags));
             }
+            return;
         }
         for r in requests {
             let result = self.statement(std::slice::from_ref(&r)).await;
