@@ -42,7 +42,8 @@ mod types;
 
 pub use types::{
     ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
-    Outcome, PoolGauges, Position, RetryCount, StatusCount, StoreGauges, SubscriptionRow,
+    Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount, StoreGauges,
+    SubscriptionRow,
 };
 
 pub(crate) mod sealed {
@@ -118,17 +119,6 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
     /// `pending`, due now, with the interrupted attempt counted as the rules of `store/recovery.rs` decide.
     /// Returns how many.
     async fn recover_processing(&self, now: Timestamp) -> Result<u64>;
-}
-
-/// A snapshot's key: event, stage, time.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct SnapshotKey {
-    /// The event.
-    pub event_id: EventId,
-    /// The stage.
-    pub stage: String,
-    /// When it was taken.
-    pub created_at: Timestamp,
 }
 
 /// The payload store (see [`crate::payload`]): compressed snapshots per stage and their

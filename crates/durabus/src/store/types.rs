@@ -327,6 +327,17 @@ pub struct ActReport {
     pub after: Vec<DeadLetter>,
 }
 
+/// A snapshot's key: event, stage, time.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SnapshotKey {
+    /// The event.
+    pub event_id: EventId,
+    /// The stage.
+    pub stage: String,
+    /// When it was taken.
+    pub created_at: Timestamp,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
