@@ -26,23 +26,26 @@
 //! ```
 //!
 //! # Modules
-//! Layers point one way: `bus → dispatch → store`; the operations modules (`dlq`, `ops`,
-//! `history`, `stats`) use the store only; the admin HTTP API (crate `durabus-admin`) sits on
-//! top of them.
+//! Layers point one way: `bus → dispatch → store`; each capability module owns its data, its
+//! pure rules and its service or runner, and uses the store only; the admin HTTP API (crate
+//! `durabus-admin`) and the CLI sit on top of them.
 //!
 //! | module | what it holds |
 //! |---|---|
 //! | [`bus`](EventBus) | the public handle: publish, enqueue, subscribe, start, shutdown; `poll`/`finalize` for own worker loops; the builder |
 //! | `dispatch` | the dispatcher: registry, circuit breakers, in-flight tracking; runs handlers under timeouts, decides what an attempt means, records outcomes |
 //! | [`store`] | capability traits by noun ([`EventStore`], [`SubscriptionStore`], [`QueryStore`], [`DeadLetterStore`], [`PayloadStore`](store::PayloadStore), [`OperationStore`], [`JobStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL stores |
-//! | [`dead_letter`], [`dlq`] | dead-letter records, lifecycle rules, failure groups, filters; the operator's queue ([`DeadLetters`]) |
-//! | [`ops`], [`operation`], [`replay`] | durable operations (bulk actions, replays), the maintenance jobs, the payload store service |
-//! | [`payload`] | payload snapshots: configuration per type, compression, content flags, redaction |
-//! | [`history`], [`stats`], [`metrics`], [`telemetry`] | event history, statistics, in-process retry metrics, Prometheus families |
+//! | [`dlq`] | dead letters: records, lifecycle rules, failure groups, filters, the auto-retry and retention rounds, bulk actions; the spec's [`DlqInspector`] and the operator's [`DeadLetters`] |
+//! | [`operation`] | durable operations: a typed [`OperationKind`], the state machine, the [`Runner`](operation::Runner) every kind runs under, the [`Operations`] service |
+//! | [`replay`] | replay selections, requests, summaries, the rate limiter, the run, the [`Replays`] service |
+//! | [`payload`] | payload snapshots: configuration per type, compression, content flags, redaction; the [`Payloads`] service |
+//! | [`scheduler`] | maintenance jobs on cron expressions, once per tick cluster-wide ([`Scheduler`]) |
+//! | [`telemetry`] | every metric: in-process retry metrics, Prometheus families, gauges |
+//! | [`history`], [`stats`] | event history and statistics over a store |
 //! | [`hook`] | the error hook ([`BusBuilder::on_error`]) |
 //! | `outbox` | publishing inside the application's own transaction |
 //! | `testing` | test helpers for applications (feature `test-util`) |
-//! | [`retry`], [`pattern`], [`breaker`], [`clock`], [`error`] | pure rules, injected time, [`Error`] with an [`ErrorKind`] to branch on |
+//! | [`actor`], [`retry`], [`pattern`], [`breaker`], [`clock`], [`error`] | plain data and pure rules, injected time, [`Error`] with an [`ErrorKind`] to branch on |
 //!
 //! # Features
 //!
@@ -53,6 +56,7 @@
 //! | `metrics` | no | Prometheus text (`EventBus::metrics_text`) |
 //! | `openapi` | no | OpenAPI schemas of the public data types (used by `durabus-admin`) |
 //! | `test-util` | no | `durabus::testing`: a bus on a manual clock, `drain`, assertions |
+//! | `fault-injection` | no | fail points for the reliability suite; nothing changes until one is armed at run time (`DURABUS_FAILPOINTS`) |
 //!
 //! Which capability works on which store:
 //!

@@ -112,7 +112,7 @@ pub struct DeadLetter {
     pub causes: Vec<String>,
     /// Every round's errors, oldest first; a retry never erases them.
     pub error_history: Vec<ErrorRound>,
-    /// The failure group (see [`fingerprint`]).
+    /// The failure group (see [`fingerprint`](super::fingerprint)).
     pub fingerprint: String,
     /// Attempts made in the last round.
     pub attempts: u32,

@@ -25,7 +25,7 @@ use crate::telemetry::Telemetry;
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// Rows per chunk (one transaction each). `None`: what suits the store
-    /// ([`default_chunk`]: 50 on SQLite, where small chunks keep the one writer free for
+    /// (`default_chunk`: 50 on SQLite, where small chunks keep the one writer free for
     /// publishers; 500 on PostgreSQL). Defaults to `None`.
     pub chunk: Option<usize>,
     /// How long the runner holds the operation without writing a chunk before others may take

@@ -101,7 +101,7 @@ impl Payloads {
     }
 
     /// Sets the configuration of `event_type` (`*` for the default), replacing its row; it
-    /// applies at once in this process and within [`CONFIG_REFRESH`] in others. Fails with
+    /// applies at once in this process and within [`CONFIG_REFRESH`](super::CONFIG_REFRESH) in others. Fails with
     /// [`Error::InvalidConfig`] for an empty type, a negative retention, a bad stage or path.
     pub async fn set_config(
         &self,

@@ -14,7 +14,7 @@ pub type ReplayFilter = Arc<dyn Fn(&Event) -> bool + Send + Sync>;
 /// What a replay started by this process may carry that cannot be stored: a handler that gets
 /// each event instead of it being re-published, and a filter. A replay with either is
 /// *attached*: the bus's runners leave it to this process, which resumes it with the same
-/// hooks after a crash ([`Replays::run`]).
+/// hooks after a crash ([`Replays::run`](super::Replays::run)).
 #[derive(Clone)]
 pub struct ReplayHooks {
     handler: Option<Arc<dyn Handler>>,

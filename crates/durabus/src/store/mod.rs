@@ -254,7 +254,7 @@ pub trait QueryStore: sealed::Sealed + Send + Sync + 'static {
 }
 
 /// Dead letters: events whose delivery failed every allowed attempt, each with a record that
-/// carries its lifecycle (see [`crate::dead_letter`]). Records are written by the outcome that
+/// carries its lifecycle (see [`crate::dlq`]). Records are written by the outcome that
 /// dead-letters an event (in [`EventStore::record_many`]); these methods read them and act on
 /// them, each action in one transaction under the rules of [`crate::dlq::apply`].
 #[async_trait]
