@@ -1,8 +1,4 @@
 //! Runs the contract suite against every store this build supports.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-
-mod suite;
-mod support;
 
 /// Declares one `#[tokio::test]` per suite function for a backend.
 macro_rules! contract {

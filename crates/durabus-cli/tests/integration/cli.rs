@@ -1,5 +1,4 @@
 //! The `durabus` binary, run as a user would.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,6 +1,5 @@
 //! `durabus::testing` as an application's test suite uses it, on SQLite and PostgreSQL,
 //! including what a failing assertion says.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -3,17 +3,13 @@
 //! (invalid UTF-8, numbers out of range, bad times, statuses and ids, JSON nested past any
 //! sense) get a 4xx in the API's error shape; and proptest-generated query strings and bodies
 //! never get a 5xx.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[macro_use]
-mod support;
-
+use crate::support::*;
 use axum::http::{Method, StatusCode};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::TestRunner;
 use serde_json::{Value, json};
-use support::*;
 
 both!(
     metacharacters_in_every_filter_match_nothing_and_break_nothing,

@@ -2,13 +2,10 @@
 //! pending, the claim must walk the partial index of due events (and of held events for
 //! expired leases), never the table. Rows are loaded with set-based SQL; `ANALYZE` gives the
 //! planner real statistics.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-mod support;
-
+use crate::support::{drop_schema, pg_available, pg_url, unique_schema};
 use durabus::EventBus;
 use durabus::sqlx::{self, AssertSqlSafe, Row};
-use support::{drop_schema, pg_available, pg_url, unique_schema};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_claim_walks_the_due_index_at_a_million_events_of_history() {

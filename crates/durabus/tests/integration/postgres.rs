@@ -2,21 +2,18 @@
 //! processes, migrations racing, transactional publish in a `sqlx` transaction, and faults
 //! (connections killed, the database unreachable). The shared behaviour is in the contract
 //! suite. Each test has its own schema. Unreachable PostgreSQL: skipped, or failed with CI=true.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-
-mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::{Seen, drop_schema, pg_available, pg_url, unique_schema};
 use durabus::sqlx::{self, AssertSqlSafe, Row};
 use durabus::{
     Clock, Error, ErrorKind, Event, EventBus, EventStatus, EventStore, InsertMode, ManualClock,
     NewEvent, Outcome, PgOptions, PgStore, QueryStore, StoreLifecycle, SubscribeOptions,
     SubscriptionStore,
 };
-use support::{Seen, drop_schema, pg_available, pg_url, unique_schema};
 
 fn options(schema: &str) -> PgOptions {
     PgOptions {

@@ -1,7 +1,6 @@
 //! The SQLite store keeps its WAL bounded even while readers never stop: an idle store past
 //! `SqliteOptions::wal_limit` empties it with a `TRUNCATE` checkpoint. (The `RESTART` a busy
 //! writer runs from half the limit is tested in `store/sqlite/checkpoint.rs`.)
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

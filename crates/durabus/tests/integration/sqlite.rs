@@ -1,6 +1,5 @@
 //! Behaviour specific to the SQLite store: WAL, files that are not databases, schema versions,
 //! and locks held by other processes.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,5 @@
 //! Every failed attempt, the final one included, emits a structured `tracing` warning with the
 //! fields of the retry policy document.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,6 @@
 //! this test publishes and checks every event was completed, with workers killed and
 //! connections terminated mid-run. Each test has its own schema. Unreachable PostgreSQL:
 //! skipped, or failed with CI=true.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

@@ -1,17 +1,14 @@
 //! When the store writes outcomes slowly, a worker stops claiming instead of holding ever more
 //! events (on PostgreSQL, each a lease its heartbeat rewrites). Here outcome writes are held
 //! back by row locks each handler takes, for the test, in one transaction the test keeps open.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-
-mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::{drop_schema, eventually, pg_available, pg_url, unique_schema};
 use durabus::sqlx::{self, AssertSqlSafe};
 use durabus::{Event, EventBus, NewEvent, PgOptions, SubscribeOptions};
-use support::{drop_schema, eventually, pg_available, pg_url, unique_schema};
 
 /// Finished deliveries that may wait for their outcome write (`UNRECORDED_MAX` in
 /// `dispatch/worker.rs`).

@@ -1,6 +1,5 @@
 //! `durabus serve` as an operator starts it: tokens from the environment or a file, the
 //! loopback rule, requests over real TCP, SIGTERM.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;

@@ -1,7 +1,6 @@
 //! Hostile input to the `durabus` binary: SQL and LIKE metacharacters in every filter are
 //! taken literally, arguments that are not UTF-8 are refused with a clear message (never a
 //! panic), and a database path that is not UTF-8 works like any other.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};

@@ -1,6 +1,5 @@
 //! The transactional outbox on SQLite: events written in the application's own transaction,
 //! through its own connection, are delivered only if that transaction commits.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

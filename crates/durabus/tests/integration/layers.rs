@@ -1,7 +1,6 @@
 //! The layers point one way (`bus → dispatch → store`; the capability modules use the store):
 //! no module below imports from one above. Checked on the source text, so a back import fails
 //! the suite instead of waiting for a review.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
 

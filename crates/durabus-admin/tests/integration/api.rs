@@ -1,15 +1,11 @@
 //! Every route of the admin API through `oneshot`, on SQLite and PostgreSQL: success, each
 //! error status, pagination and filters, roles, and a walk over the route table proving every
 //! route is behind a token and every write behind an admin token.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[macro_use]
-mod support;
-
+use crate::support::*;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
-use support::*;
 
 both!(
     every_route_needs_a_token_and_every_write_an_admin_token,

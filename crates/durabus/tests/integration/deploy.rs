@@ -1,9 +1,6 @@
 //! The alert rules and the Grafana dashboard in `deploy/` name only metrics a running bus
 //! exposes (scraped here from a bus on SQLite and, when reachable, on PostgreSQL), and the
 //! dashboard is well-formed JSON with a query in every panel.
-#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
-
-mod support;
 
 use std::collections::BTreeSet;
 
@@ -12,8 +9,8 @@ use durabus::{
     ReplayHooks, ReplayRequest, ReplaySelection, RetryOverride, RunOptions, SubscribeOptions,
 };
 
-const ALERTS: &str = include_str!("../../../deploy/prometheus/alerts.yml");
-const DASHBOARD: &str = include_str!("../../../deploy/grafana/durabus.json");
+const ALERTS: &str = include_str!("../../../../deploy/prometheus/alerts.yml");
+const DASHBOARD: &str = include_str!("../../../../deploy/grafana/durabus.json");
 
 /// Every `durabus_…` name in `text`.
 fn referenced(text: &str) -> BTreeSet<String> {
@@ -130,10 +127,10 @@ async fn alerts_and_dashboard_name_only_exposed_metrics() {
     let sqlite = EventBus::builder().sqlite(dir.path().join("m.db"));
     let mut names = exposed(&scrape(sqlite).await);
     assert!(names.contains("durabus_sqlite_wal_bytes"));
-    if support::pg_available().await {
-        let schema = support::unique_schema();
+    if crate::support::pg_available().await {
+        let schema = crate::support::unique_schema();
         let builder = EventBus::builder().postgres_with(
-            support::pg_url(),
+            crate::support::pg_url(),
             PgOptions {
                 schema: schema.clone(),
                 ..PgOptions::default()
@@ -142,7 +139,7 @@ async fn alerts_and_dashboard_name_only_exposed_metrics() {
         let pg = exposed(&scrape(builder).await);
         assert!(pg.contains("durabus_live_workers"));
         names.extend(pg);
-        support::drop_schema(&schema).await;
+        crate::support::drop_schema(&schema).await;
     }
     let alerts = referenced(ALERTS);
     let dashboard = referenced(DASHBOARD);
