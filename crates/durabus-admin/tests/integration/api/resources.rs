@@ -1,0 +1,310 @@
+//! Events, payloads and their configuration, replays, jobs, subscriptions, statistics, metrics and health.
+
+use super::*;
+
+pub(super) async fn events_payloads_and_their_configuration(api: &Api) {
+    let ids = api.dead_payments("pay.card", 3).await;
+    let (s, page) = api.get("/api/v2/events?event_type=pay.card&limit=2").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    assert_eq!(page["next_offset"], 2);
+    let (_, rest) = api
+        .get("/api/v2/events?event_type=pay.card&limit=2&offset=2")
+        .await;
+    assert_eq!(rest["items"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["next_offset"], Value::Null);
+    let (_, dlq) = api.get("/api/v2/events?status=dlq").await;
+    assert_eq!(dlq["items"].as_array().unwrap().len(), 3);
+    assert_error(
+        &api.get("/api/v2/events?status=gone").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let (s, e) = api.get(&format!("/api/v2/events/{}", ids[0])).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(e["type"], "pay.card");
+    assert_error(
+        &api.get(&format!("/api/v2/events/{}", durabus::EventId::new()))
+            .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+
+    // Snapshots: published and error, newest first, byte for byte.
+    let base = format!("/api/v2/events/{}/payloads", ids[0]);
+    let (s, snaps) = api.get(&base).await;
+    assert_eq!(s, StatusCode::OK, "{snaps}");
+    let stages: Vec<&str> = snaps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stage"].as_str().unwrap())
+        .collect();
+    assert!(
+        stages.contains(&"published") && stages.contains(&"error"),
+        "{stages:?}"
+    );
+    let (s, published) = api.get(&format!("{base}/published")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(published["payload"]["note"], "<img src=x onerror=alert(1)>");
+    assert_error(
+        &api.get(&format!("{base}/webhook_raw")).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let delete = |body: Option<Value>| api.call(Method::DELETE, &base, Some(ADMIN), body);
+    assert_error(
+        &delete(Some(json!({ "reason": "" }))).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &delete(Some(json!({}))).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let (s, deleted) = delete(Some(json!({ "reason": "GDPR request 42" }))).await;
+    assert_eq!(s, StatusCode::OK, "{deleted}");
+    assert_eq!(deleted["deleted"], 2);
+    let (_, after) = api.get(&format!("{base}/published")).await;
+    assert_eq!(after["payload"], Value::Null);
+    assert_eq!(after["deleted"]["deleted_by"], "ops");
+    assert_eq!(after["deleted"]["reason"], "GDPR request 42");
+    assert_error(
+        &delete(Some(json!({ "reason": "again" }))).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+
+    // Configuration.
+    let put = |t: &str, body: Value| {
+        let uri = format!("/api/v2/payload-config/{t}");
+        async move { api.call(Method::PUT, &uri, Some(ADMIN), Some(body)).await }
+    };
+    let (s, c) = put(
+        "pay.card",
+        json!({ "stages": ["published"], "retention_days": 3, "redact": ["$.card"] }),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_eq!(
+        (&c["retention_days"], &c["updated_by"]),
+        (&json!(3), &json!("ops"))
+    );
+    assert_error(
+        &put("pay.card", json!({ "retention_days": -1 })).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &put("pay.card", json!({ "retention": 5 })).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &put("%20", json!({})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let (_, configs) = api.get("/api/v2/payload-config").await;
+    assert!(
+        configs
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["event_type"] == "pay.card"),
+        "{configs}"
+    );
+    let path = "/api/v2/payload-config/pay.card";
+    assert_eq!(
+        api.call(Method::DELETE, path, Some(ADMIN), None).await.0,
+        StatusCode::NO_CONTENT
+    );
+    assert_error(
+        &api.call(Method::DELETE, path, Some(ADMIN), None).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+pub(super) async fn replays_preview_dry_run_start_follow_and_cancel(api: &Api) {
+    api.healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+    for order in 0..3u64 {
+        api.bus
+            .publish("pay.card", &json!({ "order": order }))
+            .await
+            .unwrap();
+    }
+    let body = json!({ "all": true, "types": ["pay.*"], "mode": "preview" });
+    let (s, preview) = api.post("/api/v2/replay", body).await;
+    assert_eq!(s, StatusCode::OK, "{preview}");
+    assert_eq!(preview["preview"]["count"], 3);
+    let (s, dry) = api
+        .post("/api/v2/replay", json!({ "all": true, "mode": "dry_run" }))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{dry}");
+    assert_eq!(dry["dry_run"]["count"], 3);
+    assert_error(
+        &api.post("/api/v2/replay", json!({ "types": ["pay.*"] }))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &api.post("/api/v2/replay", json!({ "all": true, "rate_limit": 0 }))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &api.post(
+            "/api/v2/replay",
+            json!({ "all": true, "rate_limit": 5, "unthrottled": true }),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    let (s, op) = api
+        .post(
+            "/api/v2/replay",
+            json!({ "all": true, "unthrottled": true }),
+        )
+        .await;
+    assert_eq!(s, StatusCode::ACCEPTED, "{op}");
+    assert_eq!(op["kind"], "replay");
+    let id = op["id"].as_str().unwrap().to_owned();
+    let (s, status) = api.get(&format!("/api/v2/replay/{id}")).await;
+    assert_eq!(s, StatusCode::OK, "{status}");
+    assert_eq!(status["result"]["status"], "pending");
+    assert_eq!(status["operation"]["total"], 3);
+    let (s, cancelled) = api
+        .post(&format!("/api/v2/replay/{id}/cancel"), json!({}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{cancelled}");
+    assert_eq!(cancelled["result"]["status"], "cancelled");
+    assert_error(
+        &api.post(&format!("/api/v2/replay/{id}/cancel"), json!({}))
+            .await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    // A rate-limited replay runs to completion through the runner.
+    let (_, op) = api
+        .post(
+            "/api/v2/replay",
+            json!({ "all": true, "types": ["pay.card"] }),
+        )
+        .await;
+    let id = op["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        op["params"]["rate_limit"],
+        durabus::replay::DEFAULT_OPERATOR_RATE,
+        "{op}"
+    );
+    api.bus
+        .operations()
+        .run_claimable(&durabus::RunOptions::default())
+        .await
+        .unwrap();
+    let (_, done) = api.get(&format!("/api/v2/replay/{id}")).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(done["result"]["processed"], 3);
+    assert_error(
+        &api.get("/api/v2/replay/nope").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
+
+pub(super) async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
+    api.dead_payments("pay.card", 2).await;
+    let (s, jobs) = api.get("/api/v2/jobs").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        jobs.as_array().unwrap().len(),
+        durabus::scheduler::JOBS.len()
+    );
+    let (s, report) = api
+        .post("/api/v2/jobs/cleanup-history/run", json!({}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{report}");
+    assert_eq!(report["status"], "ok");
+    assert_error(
+        &api.post("/api/v2/jobs/make-coffee/run", json!({})).await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let (_, subs) = api.get("/api/v2/subscriptions").await;
+    let pay = subs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "payments")
+        .expect("the payments subscription");
+    assert_eq!(pay["in_this_process"], true);
+    assert_eq!(pay["breaker"]["state"], "closed");
+    let (_, stats) = api.get("/api/v2/stats").await;
+    assert_eq!(stats["by_type"]["pay.card"]["dlq"], 2, "{stats}");
+    let (s, overview) = api.get("/api/v2/overview").await;
+    assert_eq!(s, StatusCode::OK, "{overview}");
+    assert_eq!(overview["dead_letters_pending"], 2, "{overview}");
+    // Each dead letter announced itself as a `system.dead_letter` event, left pending: this
+    // bus runs no worker loop (each publish's attempt is made inline).
+    let (_, pending) = api
+        .get("/api/v2/events?status=pending&event_type=system.dead_letter")
+        .await;
+    assert_eq!(pending["items"].as_array().unwrap().len(), 2, "{pending}");
+    assert_eq!(overview["pending"], 2, "{overview}");
+    assert_eq!(overview["processing"], 0, "{overview}");
+    let minutes = overview["throughput"].as_array().unwrap();
+    let dead: u64 = minutes.iter().map(|m| m["dead"].as_u64().unwrap()).sum();
+    assert_eq!(dead, 2, "{overview}");
+    // Served from the cache for a few seconds: the same reading, however the clock moved.
+    api.clock.advance(std::time::Duration::from_secs(600));
+    let (_, again) = api.get("/api/v2/overview").await;
+    assert_eq!(again["now"], overview["now"]);
+    let (s, me) = api.get("/api/v2/whoami").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str()),
+        (Some("ops"), Some("admin"))
+    );
+    let (_, me) = api
+        .call(Method::GET, "/api/v2/whoami", Some(READ), None)
+        .await;
+    assert_eq!(
+        (me["name"].as_str(), me["role"].as_str()),
+        (Some("viewer"), Some("read"))
+    );
+    let response = tower::ServiceExt::oneshot(
+        api.app.clone(),
+        Request::builder()
+            .uri("/metrics")
+            .header(header::AUTHORIZATION, format!("Bearer {READ}"))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(
+        response.headers()[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    let text = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&text);
+    assert!(text.contains("durabus_dead_letters"), "{text}");
+    assert_eq!(
+        api.call(Method::GET, "/healthz", None, None).await.1["status"],
+        "ok"
+    );
+    assert_eq!(
+        api.call(Method::GET, "/readyz", None, None).await.1["status"],
+        "ready"
+    );
+}

@@ -1,0 +1,318 @@
+//! Statistics, history, payload snapshots, replays and metrics from the CLI.
+
+use super::*;
+
+#[test]
+fn stats_report_what_the_database_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("stats.db");
+    assert_one_line_failure(&durabus(&db, &["stats"]), "does not exist");
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let s = json(&durabus(&db, &["stats", "--json"]));
+    // The demo's 8 events and the `system.dead_letter` event announcing its dead letter.
+    assert_eq!(s["total"], 9);
+    assert_eq!(s["by_status"]["done"], 8);
+    assert_eq!(s["by_status"]["dlq"], 1);
+    assert_eq!(s["by_type"]["system.dead_letter"]["done"], 1);
+    assert_eq!(s["by_type"]["order.paid"]["dlq"], 1);
+    assert_eq!(s["by_type"]["order.paid"]["done"], 6);
+    let rate = s["by_type"]["order.paid"]["dlq_rate"].as_f64().unwrap();
+    assert!((rate - 1.0 / 7.0).abs() < 1e-9, "{rate}");
+    assert_eq!(s["by_type"]["user.signed_up"]["dlq_rate"], 0.0);
+    // 6 events never retried (the announcement among them), 2 retried once, the dead letter
+    // used 3 attempts.
+    assert_eq!(s["retry_counts"]["0"], 6);
+    assert_eq!(s["retry_counts"]["1"], 2);
+    assert_eq!(s["retry_counts"]["3"], 1);
+    let text = stdout(&durabus(&db, &["stats"]));
+    assert!(
+        text.contains("order.paid") && text.contains("14.3%"),
+        "{text}"
+    );
+}
+
+#[test]
+fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("shop.db");
+    let prefixed = |args: &[&str]| {
+        let mut all = vec!["--table-prefix", "shop_bus_"];
+        all.extend_from_slice(args);
+        durabus(&db, &all)
+    };
+    assert!(prefixed(&["demo", "--json"]).status.success());
+    // The default prefix finds no durabus tables in this file, and says so.
+    let wrong = durabus(&db, &["events", "list"]);
+    assert_one_line_failure(&wrong, "shop.db is not a durabus database");
+    assert!(
+        stderr(&wrong).contains("durabus_meta"),
+        "{}",
+        stderr(&wrong)
+    );
+    let bad = durabus(&db, &["--table-prefix", "x;y", "events", "list"]);
+    assert_one_line_failure(&bad, "table prefix");
+
+    let done = json(&prefixed(&["events", "list", "--status", "done", "--json"]));
+    let done = done.as_array().unwrap();
+    // Seven of the demo's events and the announcement of its dead letter.
+    assert_eq!(done.len(), 8);
+    // A time range: everything was created after the epoch and before 2200.
+    let since = json(&prefixed(&[
+        "events",
+        "list",
+        "--since",
+        "1970-01-02T00:00:00Z",
+        "--until",
+        "2200-01-01T00:00:00Z",
+        "--json",
+    ]));
+    assert_eq!(since.as_array().unwrap().len(), 9);
+    let future = json(&prefixed(&[
+        "events",
+        "list",
+        "--since",
+        "2200-01-01T00:00:00Z",
+        "--json",
+    ]));
+    assert!(future.as_array().unwrap().is_empty());
+    let bad_time = prefixed(&["events", "list", "--since", "yesterday"]);
+    assert_eq!(bad_time.status.code(), Some(2), "{}", stderr(&bad_time));
+
+    let kept = json(&prefixed(&[
+        "events",
+        "purge",
+        "--older-than",
+        "1",
+        "--json",
+    ]));
+    assert_eq!(kept["purged"], 0, "nothing completed a day ago");
+    let purged = json(&prefixed(&[
+        "events",
+        "purge",
+        "--older-than",
+        "0",
+        "--json",
+    ]));
+    assert_eq!(purged["purged"], 8);
+    let left = json(&prefixed(&["events", "list", "--json"]));
+    let left = left.as_array().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0]["status"], "dlq", "dead letters are not history");
+    let text = stdout(&prefixed(&["events", "purge", "--older-than", "0"]));
+    assert!(text.contains("purged 0 completed event(s)"), "{text}");
+}
+
+#[test]
+fn payload_snapshots_are_listed_redacted_and_deleted_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("payloads.db");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let id = rt.block_on(async {
+        let bus = durabus::EventBus::builder()
+            .sqlite(&db)
+            .payload_snapshots(true)
+            .build()
+            .await
+            .unwrap();
+        let id = bus
+            .enqueue(
+                "order.paid",
+                &serde_json::json!({"card": "4111111111111111", "total": 42}),
+            )
+            .await
+            .unwrap();
+        bus.shutdown().await.unwrap();
+        id.to_string()
+    });
+    let list = json(&durabus(&db, &["payloads", "list", &id, "--json"]));
+    assert_eq!(list[0]["stage"], "published");
+    assert_eq!(list[0]["payload"]["card"], "4111111111111111");
+    assert!(list[0]["size_compressed"].as_u64().unwrap() > 0);
+    // Operators stop seeing the card number once it is configured, everywhere they read.
+    let set = json(&durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--redact",
+            "$.card",
+            "--retention-days",
+            "30",
+            "--actor",
+            "ann",
+            "--json",
+        ],
+    ));
+    assert_eq!(set["updated_by"], "ann");
+    assert_eq!(set["retention_days"], 30);
+    let got = json(&durabus(
+        &db,
+        &["payloads", "get", &id, "published", "--json"],
+    ));
+    assert_eq!(got["payload"]["card"], "[redacted]");
+    assert_eq!(got["payload"]["total"], 42);
+    let events = json(&durabus(&db, &["events", "list", "--json"]));
+    assert_eq!(events[0]["payload"]["card"], "[redacted]");
+    let table = stdout(&durabus(&db, &["payload-config", "list"]));
+    assert!(
+        table.contains("order.paid") && table.contains("$.card"),
+        "{table}"
+    );
+    // Bad input: one line, nothing changed.
+    let negative = durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--retention-days",
+            "-1",
+        ],
+    );
+    assert_one_line_failure(&negative, "retention");
+    let no_reason = durabus(&db, &["payloads", "delete", &id]);
+    assert_eq!(no_reason.status.code(), Some(2), "--reason is required");
+    // Soft delete: gone, with who, when and why.
+    let deleted = json(&durabus(
+        &db,
+        &[
+            "payloads",
+            "delete",
+            &id,
+            "--reason",
+            "customer asked",
+            "--json",
+        ],
+    ));
+    assert_eq!(deleted["deleted"], 1);
+    let after = json(&durabus(&db, &["payloads", "get", &id, "--json"]));
+    assert!(after["payload"].is_null());
+    assert_eq!(after["deleted"]["reason"], "customer asked");
+    let text = stdout(&durabus(&db, &["payloads", "get", &id]));
+    assert!(
+        text.contains("deleted") && text.contains("customer asked"),
+        "{text}"
+    );
+    let missing = durabus(&db, &["payloads", "get", &id, "agent_request"]);
+    assert_one_line_failure(&missing, "not found");
+}
+
+#[test]
+fn a_replay_is_previewed_dry_run_and_run_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("replay.db");
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let select = ["replay", "start", "--all", "--type", "order.*"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        select
+            .iter()
+            .chain(extra)
+            .map(|s| (*s).to_owned())
+            .collect()
+    };
+    let run = |args: Vec<String>| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        durabus(&db, &refs)
+    };
+
+    // Preview: the demo's 7 order.paid events, oldest first; nothing changes.
+    let preview = json(&run(with(&["--preview", "--json"])));
+    assert_eq!(preview["count"], 7);
+    assert_eq!(preview["by_type"]["order.paid"], 7);
+    assert_eq!(preview["samples"].as_array().unwrap().len(), 7);
+    let text = stdout(&run(with(&["--preview"])));
+    assert!(text.contains("7 event(s) selected"), "{text}");
+    // Dry run: the whole walk, nothing changed.
+    let dry = json(&run(with(&["--dry-run", "--json"])));
+    assert_eq!(dry["count"], 7);
+    let stats = json(&durabus(&db, &["stats", "--json"]));
+    assert_eq!(stats["by_type"]["order.paid"]["pending"], 0);
+    assert!(
+        json(&durabus(&db, &["replay", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // The replay: 7 new pending order.paid events, the operation completed.
+    let done = json(&run(with(&["--yes", "--json"])));
+    assert_eq!(done["kind"], "replay");
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["processed"], 7);
+    let id = done["id"].as_str().unwrap().to_owned();
+    let stats = json(&durabus(&db, &["stats", "--json"]));
+    assert_eq!(stats["by_type"]["order.paid"]["pending"], 7);
+    assert_eq!(
+        stats["by_type"]["order.paid"]["done"], 6,
+        "originals untouched"
+    );
+    assert_eq!(stats["by_type"]["system.replay.started"]["pending"], 1);
+    assert_eq!(stats["by_type"]["system.replay.completed"]["pending"], 1);
+    let status = json(&durabus(&db, &["replay", "status", &id, "--json"]));
+    assert_eq!(
+        (status["status"].as_str(), status["processed"].as_u64()),
+        (Some("completed"), Some(7))
+    );
+    let text = stdout(&durabus(&db, &["replay", "status", &id]));
+    assert!(text.contains("completed"), "{text}");
+    let list = json(&durabus(&db, &["replay", "list", "--json"]));
+    assert_eq!(list.as_array().unwrap().len(), 1);
+
+    // Above 1,000 events, without a terminal to ask on: refused without --yes, nothing made.
+    enqueue_many(&db, 1_001);
+    let bulk = ["replay", "start", "--all", "--type", "bulk.*"];
+    let refused = durabus(&db, &bulk);
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("--yes"), "{}", stderr(&refused));
+    assert_eq!(
+        json(&durabus(&db, &["replay", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // Submitted detached, then cancelled before any runner took it.
+    let mut detached = bulk.to_vec();
+    detached.extend(["--yes", "--detach", "--json"]);
+    let op = json(&durabus(&db, &detached));
+    assert_eq!(
+        (op["status"].as_str(), op["total"].as_u64()),
+        (Some("pending"), Some(1_001))
+    );
+    let id = op["id"].as_str().unwrap();
+    let cancelled = json(&durabus(&db, &["replay", "cancel", id, "--json"]));
+    assert_eq!(cancelled["status"], "cancelled");
+    let text = stdout(&durabus(&db, &["replay", "list", "--status", "cancelled"]));
+    assert!(text.contains(id), "{text}");
+
+    // Bad requests: one line each.
+    assert_one_line_failure(
+        &durabus(&db, &["replay", "start", "--type", "order.*"]),
+        "say all",
+    );
+    assert_one_line_failure(&run(with(&["--rate", "0", "--yes"])), "rate");
+    assert_one_line_failure(&durabus(&db, &["replay", "status", "nope"]), "not found");
+}
+
+#[test]
+fn metrics_print_the_databases_gauges() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("metrics.db");
+    assert_one_line_failure(&durabus(&db, &["metrics"]), "does not exist");
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let out = durabus(&db, &["metrics"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let m = samples(&stdout(&out));
+    assert_eq!(m["durabus_dead_letters{status=\"pending\"}"], 1.0);
+    assert_eq!(m["durabus_dead_letters{status=\"retrying\"}"], 0.0);
+    assert_eq!(m["durabus_events{status=\"pending\"}"], 0.0);
+    assert_eq!(m["durabus_oldest_due_event_age_seconds"], 0.0);
+    assert!(m["durabus_oldest_pending_dead_letter_age_seconds"] >= 0.0);
+    assert!(m.contains_key("durabus_sqlite_wal_bytes"));
+    // Gauges only: a CLI process has counted nothing worth reporting.
+    assert!(!m.keys().any(|k| k.contains("_total")), "{m:?}");
+    let other = samples(&stdout(&durabus(&db, &["metrics", "--prefix", "shop_"])));
+    assert_eq!(other["shop_dead_letters{status=\"pending\"}"], 1.0);
+    assert_one_line_failure(&durabus(&db, &["metrics", "--prefix", "1-bad"]), "prefix");
+}

@@ -1,0 +1,232 @@
+//! The demo, and the dead-letter commands on what it leaves; a database holding an application's own events.
+
+use super::*;
+
+#[test]
+fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let out = durabus(&db, &["demo"]);
+    assert!(out.status.success(), "demo failed: {}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("gateway timeout, will retry"), "{text}");
+    assert!(text.contains("delivered after retry  2"), "{text}");
+    assert!(text.contains("dead-lettered          1"), "{text}");
+
+    let page = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let dead = page["items"].as_array().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert!(page["next"].is_null(), "one page: {page}");
+    assert_eq!(dead[0]["status"], "pending");
+    assert_eq!(dead[0]["type"], "order.paid");
+    assert_eq!(dead[0]["payload"]["card"], "stolen");
+    assert_eq!(dead[0]["subscription"], "demo-payments");
+    assert_eq!(dead[0]["error_history"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        dead[0]["error_history"][0]["errors"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+    assert!(
+        dead[0]["next_auto_retry_at"].is_string(),
+        "auto retry scheduled"
+    );
+    let id = dead[0]["event_id"].as_str().unwrap().to_owned();
+    let group = dead[0]["fingerprint"].as_str().unwrap().to_owned();
+
+    let table = stdout(&durabus(&db, &["dlq", "list"]));
+    assert!(table.contains(&id) && table.contains("refused"), "{table}");
+    for page in [
+        &["dlq", "list", "--limit", "0"][..],
+        &["dlq", "list", "--offset", "5"][..],
+    ] {
+        let text = stdout(&durabus(&db, page));
+        assert_eq!(text.trim(), "no dead letters on this page", "{page:?}");
+    }
+    let shown = stdout(&durabus(&db, &["dlq", "show", &id]));
+    assert!(
+        shown.contains("round 1 failed") && shown.contains("stolen"),
+        "{shown}"
+    );
+
+    let done = json(&durabus(
+        &db,
+        &["events", "list", "--status", "done", "--json"],
+    ));
+    // Seven application events, and the `system.dead_letter` event announcing the dead letter.
+    assert_eq!(done.as_array().unwrap().len(), 8);
+    let announced = json(&durabus(
+        &db,
+        &["events", "list", "--type", "system.dead_letter", "--json"],
+    ));
+    assert_eq!(announced[0]["payload"]["event_id"], id.as_str());
+    let users = json(&durabus(
+        &db,
+        &["events", "list", "--type", "user.signed_up", "--json"],
+    ));
+    assert_eq!(users.as_array().unwrap().len(), 1);
+    let page = json(&durabus(&db, &["events", "list", "--limit", "2", "--json"]));
+    assert_eq!(page.as_array().unwrap().len(), 2);
+
+    let retried = json(&durabus(
+        &db,
+        &["dlq", "retry", &id, "--actor", "ann", "--json"],
+    ));
+    assert_eq!(retried["event_id"], id.as_str());
+    assert_eq!(retried["dead_letter"]["status"], "retrying");
+    assert_eq!(retried["dead_letter"]["manual_retry_count"], 1);
+    assert_eq!(retried["dead_letter"]["last_retry_by"], "ann");
+    let pending = json(&durabus(
+        &db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(pending[0]["id"], id.as_str());
+    assert_eq!(pending[0]["retry_count"], 0);
+    assert!(
+        json(&durabus(
+            &db,
+            &["dlq", "list", "--status", "pending", "--json"]
+        ))["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+
+    // Retrying it again while it is being retried: a conflict that says why.
+    let again = durabus(&db, &["dlq", "retry", &id]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("it is retrying"),
+        "{}",
+        stderr(&again)
+    );
+
+    // A second demo run makes a new dead letter, and its bus also delivers the retried event,
+    // which fails again (the card is still stolen): three new attempts, a second round in the
+    // same record, the first round kept.
+    assert!(durabus(&db, &["demo", "--json"]).status.success());
+    let dead = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let dead = dead["items"].as_array().unwrap();
+    assert_eq!(dead.len(), 2);
+    let again = dead
+        .iter()
+        .find(|e| e["event_id"] == id.as_str())
+        .expect("the retried event died again");
+    assert_eq!(again["status"], "pending");
+    assert_eq!(again["manual_retry_count"], 1);
+    let rounds = again["error_history"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2);
+    assert_eq!(rounds[1]["retried_by"], "ann");
+    assert_eq!(rounds[1]["errors"].as_array().unwrap().len(), 3);
+    // Both are one failure: one group of two.
+    let groups = json(&durabus(&db, &["dlq", "groups", "--json"]));
+    assert_eq!(groups.as_array().unwrap().len(), 1, "{groups}");
+    assert_eq!(groups[0]["fingerprint"], group.as_str());
+    assert_eq!(groups[0]["count"], 2);
+    assert_eq!(groups[0]["open"], 2);
+    let purge = json(&durabus(
+        &db,
+        &["dlq", "purge", "--older-than", "1", "--json"],
+    ));
+    assert_eq!(purge["purged"], 0, "nothing is a day old");
+    let purge = json(&durabus(
+        &db,
+        &["dlq", "purge", "--older-than", "0", "--json"],
+    ));
+    assert_eq!(purge["purged"], 2);
+    assert!(
+        json(&durabus(&db, &["dlq", "list", "--json"]))["items"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        json(&durabus(&db, &["dlq", "groups", "--json"]))
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "a group without records is gone"
+    );
+}
+
+#[test]
+fn demo_json_prints_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("demo.db");
+    let s = json(&durabus(&db, &["demo", "--json", "--orders", "3"]));
+    assert_eq!(s["published"], 5);
+    assert_eq!(s["delivered"], 4);
+    assert_eq!(s["delivered_after_retry"], 1);
+    assert_eq!(s["dead_lettered"], 1);
+    assert_eq!(s["dead_letter_ids"].as_array().unwrap().len(), 1);
+    // Order 3 retried once, order 99 twice.
+    assert_eq!(s["retry_metrics"]["retries_total"], 3);
+    assert_eq!(s["retry_metrics"]["events_dead_lettered_total"], 1);
+    assert_eq!(s["retry_metrics"]["success_after_retry_rate"], 0.5);
+    let names: Vec<_> = s["breakers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].clone())
+        .collect();
+    assert_eq!(names, ["demo-audit", "demo-payments", "demo-email"]);
+    assert_eq!(s["breakers"][0]["state"], "closed");
+}
+
+#[test]
+fn demo_refuses_a_database_with_other_applications_pending_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    assert!(
+        durabus(&db, &["demo", "--json", "--orders", "1"])
+            .status
+            .success()
+    );
+    // Another application's event waits in the same database.
+    assert!(enqueue_foreign_event(&db), "could not add a foreign event");
+    let o = durabus(&db, &["demo"]);
+    assert_one_line_failure(&o, "types the demo does not handle");
+    let pending = json(&durabus(
+        &db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(
+        pending.as_array().unwrap().len(),
+        1,
+        "the foreign event is untouched"
+    );
+    assert_eq!(pending[0]["type"], "invoice.created");
+}
+
+#[test]
+fn the_demo_takes_its_own_announcements_and_leaves_an_applications_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    // A demo database whose last run stopped before its dead letter's announcement was
+    // delivered: the next demo run delivers it.
+    let demo_db = dir.path().join("demo.db");
+    assert!(dead_letter_left_announced(&demo_db, "order.paid"));
+    assert!(
+        durabus(&demo_db, &["demo", "--json", "--orders", "1"])
+            .status
+            .success()
+    );
+    let pending = json(&durabus(
+        &demo_db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(pending.as_array().unwrap().len(), 0, "{pending}");
+    // An application's database whose only waiting event is the announcement of its own dead
+    // letter (its pager has not run yet): the demo must not deliver that for it.
+    let app_db = dir.path().join("app.db");
+    assert!(dead_letter_left_announced(&app_db, "invoice.created"));
+    let o = durabus(&app_db, &["demo"]);
+    assert_one_line_failure(&o, "types the demo does not handle");
+    let pending = json(&durabus(
+        &app_db,
+        &["events", "list", "--status", "pending", "--json"],
+    ));
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    assert_eq!(pending[0]["type"], "system.dead_letter");
+}

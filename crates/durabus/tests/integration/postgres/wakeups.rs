@@ -1,0 +1,221 @@
+//! Wake-ups across processes (NOTIFY), claims that skip their flush, the outbox in the caller's transaction.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_elsewhere_wakes_an_idle_worker_through_notify() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let worker = listening_bus(&schema, &seen).await;
+    // Another "process": its own store, pool and listener.
+    let publisher = EventBus::builder()
+        .postgres_with(pg_url(), options(&schema))
+        .build()
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let id = publisher.enqueue("x.ping", &i).await.unwrap();
+        eventually("the idle worker to get the event", async || {
+            seen.all().contains(&id.to_string())
+        })
+        .await;
+    }
+    assert_eq!(seen.len(), 20);
+    publisher.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_in_the_same_process_wakes_its_own_idle_worker() {
+    if !pg_available().await {
+        return;
+    }
+    // The listener ignores the NOTIFY echo of its own store's inserts: the insert itself must
+    // wake the dispatcher (its fallback poll is an hour), for lone publishes written on the
+    // caller's task, for publishes gathered by the group-commit task and for large batches.
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let bus = Arc::new(listening_bus(&schema, &seen).await);
+    for i in 0..20 {
+        let id = bus.enqueue("x.lone", &i).await.unwrap();
+        eventually("the event published in this process", async || {
+            seen.all().contains(&id.to_string())
+        })
+        .await;
+    }
+    let tasks: Vec<_> = (0..32)
+        .map(|i| {
+            let bus = bus.clone();
+            tokio::spawn(async move { bus.enqueue("x.together", &i).await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eventually("the concurrent publishes", async || seen.len() == 52).await;
+    let batch: Vec<NewEvent> = (0..150)
+        .map(|i| NewEvent::new("x.batch", &i).unwrap())
+        .collect();
+    bus.enqueue_batch(batch).await.unwrap();
+    eventually("the batch", async || seen.len() == 202).await;
+    bus.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_and_a_renewal_skip_their_flush_without_changing_the_sessions_setting() {
+    if !pg_available().await {
+        return;
+    }
+    // The application's pool, one connection: the claim runs on the very connection that is
+    // asked afterwards.
+    let schema = unique_schema();
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+        .unwrap();
+    let no_listener = PgOptions {
+        listen: false,
+        ..options(&schema)
+    };
+    let store = PgStore::from_pool(pool.clone(), no_listener).await.unwrap();
+    let clock = ManualClock::new(durabus::Timestamp(1_000_000));
+    let e = NewEvent::new("x.claimed", &1).unwrap();
+    store
+        .insert(vec![e.clone()], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    let claimed = store.claim_due(clock.now(), 10).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert_eq!(claimed[0].id, e.id);
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(setting, "on", "the claim's setting leaked into the session");
+    // The claim committed: another connection sees the event held.
+    let status: String = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT status FROM \"{schema}\".events WHERE id = $1"
+    )))
+    .bind(e.id.0)
+    .fetch_one(&admin().await)
+    .await
+    .unwrap();
+    assert_eq!(status, "processing");
+    // A renewal skips its flush the same way: the lease moves, visibly to other connections,
+    // and the session keeps its setting.
+    let expiry = async || -> i64 {
+        sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT lease_expires_at FROM \"{schema}\".events WHERE id = $1"
+        )))
+        .bind(e.id.0)
+        .fetch_one(&admin().await)
+        .await
+        .unwrap()
+    };
+    let before = expiry().await;
+    clock.advance(std::time::Duration::from_secs(5));
+    store.heartbeat(clock.now()).await.unwrap();
+    assert_eq!(
+        expiry().await,
+        before + 5_000,
+        "the renewal moved the lease"
+    );
+    let setting: String = sqlx::query_scalar("SHOW synchronous_commit")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        setting, "on",
+        "the renewal's setting leaked into the session"
+    );
+    store.close().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_outbox_publish_commits_or_rolls_back_with_the_callers_transaction() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let bus = listening_bus(&schema, &seen).await;
+    let outbox = bus.pg_outbox().unwrap();
+    let pool = admin().await;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE TABLE \"{schema}\".orders (id int PRIMARY KEY)"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let insert_order = format!("INSERT INTO \"{schema}\".orders (id) VALUES ($1)");
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(insert_order.clone()))
+        .bind(1)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let lost = outbox
+        .publish(&mut tx, "x.order", &1, durabus::Timestamp::now())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query(AssertSqlSafe(insert_order))
+        .bind(2)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let event = NewEvent::new("x.order", &2).unwrap();
+    let kept = event.id;
+    let ids = outbox
+        .publish_batch(&mut tx, vec![event.clone()], durabus::Timestamp::now())
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![kept]);
+    assert!(
+        bus.store().get_event(kept).await.unwrap().is_none(),
+        "not before commit"
+    );
+    tx.commit().await.unwrap();
+    eventually("the committed event", async || {
+        seen.all().contains(&kept.to_string())
+    })
+    .await;
+    // The same id again, in a later transaction: stored and delivered once.
+    let mut tx = pool.begin().await.unwrap();
+    outbox
+        .publish_batch(&mut tx, vec![event], durabus::Timestamp::now())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // Bad input is refused before anything is written.
+    let mut tx = pool.begin().await.unwrap();
+    assert!(matches!(
+        outbox
+            .publish(&mut tx, "bad type!", &1, durabus::Timestamp::now())
+            .await,
+        Err(Error::InvalidEventType(..))
+    ));
+    tx.rollback().await.unwrap();
+    bus.shutdown().await.unwrap();
+    assert_eq!(seen.all(), vec![kept.to_string()]);
+    let store = PgStore::connect(&pg_url(), options(&schema)).await.unwrap();
+    assert!(store.get_event(lost).await.unwrap().is_none());
+    assert_eq!(
+        store.get_event(kept).await.unwrap().unwrap().status,
+        EventStatus::Done
+    );
+    store.close().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}
