@@ -331,7 +331,7 @@ mod tests {
 
     // Without a reader: a reader that reads in a tight loop can keep a reset waiting past
     // its wait (it keeps taking the same stale read mark between the busy handler's sleeps),
-    // which the checkpoint thread answers by asking later; `tests/sqlite_wal.rs` covers the
+    // which the checkpoint thread answers by asking later; `tests/integration/sqlite_wal.rs` covers the
     // WAL staying bounded with such a reader.
     #[test]
     fn a_reset_served_by_the_writer_starts_the_wal_over() {
