@@ -1,5 +1,23 @@
 //! `durabus`: run a demo, list events, and operate the dead-letter queue.
 
+/// Prints to standard output like `println!`; a closed standard output (the reader went away,
+/// as with `| head`) ends the program quietly (see [`output::write_out`]).
+macro_rules! outln {
+    () => {
+        $crate::output::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// Prints to standard output like `print!`, as [`outln!`] does.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write_out(format_args!($($arg)*))
+    };
+}
+
 mod cmd;
 mod output;
 

@@ -1,10 +1,27 @@
 //! Printing events as tables or JSON.
 
+use std::io::Write;
+
 use durabus::Event;
+
+/// Writes `args` to standard output. When standard output is closed (the reader of a pipe went
+/// away: `durabus events list | head -1`), the program stops quietly with status 0, as the
+/// reader has what it wanted; any other failure to write ends it with a one-line error and
+/// status 1. Never a panic.
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("durabus: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
+}
 
 /// Prints `value` as pretty JSON.
 pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    outln!("{}", serde_json::to_string_pretty(value)?);
     Ok(())
 }
 
@@ -21,15 +38,19 @@ fn clip(s: &str, max: usize) -> String {
 /// Prints events as a table, or a note when there are none.
 pub fn events_table(events: &[Event], empty: &str) {
     if events.is_empty() {
-        println!("{empty}");
+        outln!("{empty}");
         return;
     }
-    println!(
+    outln!(
         "{:<36}  {:<24}  {:<10}  {:>7}  {:<24}  LAST ERROR",
-        "ID", "TYPE", "STATUS", "RETRIES", "CREATED"
+        "ID",
+        "TYPE",
+        "STATUS",
+        "RETRIES",
+        "CREATED"
     );
     for e in events {
-        println!(
+        outln!(
             "{:<36}  {:<24}  {:<10}  {:>7}  {:<24}  {}",
             e.id,
             clip(&e.event_type, 24),
@@ -48,15 +69,21 @@ fn ts(t: Option<durabus::Timestamp>) -> String {
 /// Prints dead-letter records as a table, or a note when there are none.
 pub fn dead_letters(items: &[durabus::DeadLetter], empty: &str) {
     if items.is_empty() {
-        println!("{empty}");
+        outln!("{empty}");
         return;
     }
-    println!(
+    outln!(
         "{:>8}  {:<36}  {:<24}  {:<9}  {:>5}  {:<16}  {:<24}  LAST ERROR",
-        "SEQ", "EVENT ID", "TYPE", "STATUS", "RETRY", "GROUP", "CREATED"
+        "SEQ",
+        "EVENT ID",
+        "TYPE",
+        "STATUS",
+        "RETRY",
+        "GROUP",
+        "CREATED"
     );
     for d in items {
-        println!(
+        outln!(
             "{:>8}  {:<36}  {:<24}  {:<9}  {:>5}  {:<16}  {:<24}  {}",
             d.seq,
             d.event_id,
@@ -72,41 +99,41 @@ pub fn dead_letters(items: &[durabus::DeadLetter], empty: &str) {
 
 /// Prints one dead letter in full.
 pub fn dead_letter(d: &durabus::DeadLetter) {
-    println!("dead letter    {}", d.event_id);
-    println!("type           {}", d.event_type);
-    println!("status         {}", d.status);
-    println!(
+    outln!("dead letter    {}", d.event_id);
+    outln!("type           {}", d.event_type);
+    outln!("status         {}", d.status);
+    outln!(
         "subscription   {}",
         d.subscription.as_deref().unwrap_or("-")
     );
-    println!("group          {}", d.fingerprint);
-    println!("last error     {}", d.last_error);
+    outln!("group          {}", d.fingerprint);
+    outln!("last error     {}", d.last_error);
     for c in &d.causes {
-        println!("  caused by    {c}");
+        outln!("  caused by    {c}");
     }
-    println!("attempts       {} (last round)", d.attempts);
-    println!(
+    outln!("attempts       {} (last round)", d.attempts);
+    outln!(
         "retries        {} auto, {} manual; next auto retry {}",
         d.auto_retry_count,
         d.manual_retry_count,
         ts(d.next_auto_retry_at)
     );
-    println!("created        {}", d.created_at);
-    println!("updated        {}", d.updated_at);
-    println!(
+    outln!("created        {}", d.created_at);
+    outln!("updated        {}", d.updated_at);
+    outln!(
         "last retry     {} by {}",
         ts(d.last_retry_at),
         d.last_retry_by.as_deref().unwrap_or("-")
     );
-    println!(
+    outln!(
         "resolved       {} by {} ({})",
         ts(d.resolved_at),
         d.resolved_by.as_deref().unwrap_or("-"),
         d.resolution_note.as_deref().unwrap_or("-")
     );
-    println!("payload        {}", d.payload);
+    outln!("payload        {}", d.payload);
     for round in &d.error_history {
-        println!(
+        outln!(
             "round {} failed {}{}",
             round.round,
             round.failed_at,
@@ -116,7 +143,7 @@ pub fn dead_letter(d: &durabus::DeadLetter) {
                 .map_or(String::new(), |by| format!(" (retried by {by})"))
         );
         for e in &round.errors {
-            println!("  {e}");
+            outln!("  {e}");
         }
     }
 }
@@ -124,15 +151,20 @@ pub fn dead_letter(d: &durabus::DeadLetter) {
 /// Prints failure groups.
 pub fn groups(groups: &[durabus::DeadLetterGroup]) {
     if groups.is_empty() {
-        println!("no failure groups: the dead-letter queue is empty");
+        outln!("no failure groups: the dead-letter queue is empty");
         return;
     }
-    println!(
+    outln!(
         "{:<16}  {:>7}  {:>7}  {:<20}  {:<24}  {:<24}  SAMPLE",
-        "GROUP", "OPEN", "TOTAL", "SUBSCRIPTION", "FIRST SEEN", "LAST SEEN"
+        "GROUP",
+        "OPEN",
+        "TOTAL",
+        "SUBSCRIPTION",
+        "FIRST SEEN",
+        "LAST SEEN"
     );
     for g in groups {
-        println!(
+        outln!(
             "{:<16}  {:>7}  {:>7}  {:<20}  {:<24}  {:<24}  {}",
             g.fingerprint,
             g.open,
@@ -142,22 +174,26 @@ pub fn groups(groups: &[durabus::DeadLetterGroup]) {
             g.last_seen,
             clip(&g.sample_error, 60)
         );
-        println!("{:<16}  types: {}", "", g.event_types.join(", "));
+        outln!("{:<16}  types: {}", "", g.event_types.join(", "));
     }
 }
 
 /// Prints operations as a table.
 pub fn operations(list: &[durabus::Operation]) {
     if list.is_empty() {
-        println!("no operations");
+        outln!("no operations");
         return;
     }
-    println!(
+    outln!(
         "{:<36}  {:<22}  {:<9}  {:>15}  {:<12}  CREATED",
-        "ID", "KIND", "STATUS", "DONE/TOTAL", "ACTOR"
+        "ID",
+        "KIND",
+        "STATUS",
+        "DONE/TOTAL",
+        "ACTOR"
     );
     for op in list {
-        println!(
+        outln!(
             "{:<36}  {:<22}  {:<9}  {:>15}  {:<12}  {}",
             op.id,
             op.kind,
@@ -171,37 +207,40 @@ pub fn operations(list: &[durabus::Operation]) {
 
 /// Prints one operation in full.
 pub fn operation(op: &durabus::Operation) {
-    println!("operation   {}", op.id);
-    println!("kind        {}", op.kind);
-    println!("status      {}", op.status);
-    println!(
+    outln!("operation   {}", op.id);
+    outln!("kind        {}", op.kind);
+    outln!("status      {}", op.status);
+    outln!(
         "progress    {} processed, {} skipped, {} errors, of {} selected",
-        op.processed, op.skipped, op.errors, op.total
+        op.processed,
+        op.skipped,
+        op.errors,
+        op.total
     );
-    println!("actor       {} ({})", op.actor.name, op.actor.kind.as_str());
-    println!("created     {}", op.created_at);
-    println!("started     {}", ts(op.started_at));
-    println!("finished    {}", ts(op.finished_at));
-    println!(
+    outln!("actor       {} ({})", op.actor.name, op.actor.kind.as_str());
+    outln!("created     {}", op.created_at);
+    outln!("started     {}", ts(op.started_at));
+    outln!("finished    {}", ts(op.finished_at));
+    outln!(
         "duration    {} ms",
         op.duration_ms(durabus::Timestamp::now())
     );
-    println!("selection   {}", op.params);
+    outln!("selection   {}", op.params);
     if let Some(summary) = &op.summary {
-        println!("summary     {summary}");
+        outln!("summary     {summary}");
     }
     if op.cancel_requested && !op.status.is_finished() {
-        println!("cancel      asked for; it stops after its current chunk");
+        outln!("cancel      asked for; it stops after its current chunk");
     }
     if let Some(e) = &op.last_error {
-        println!("error       {e}");
+        outln!("error       {e}");
     }
 }
 
 /// Prints event counts per type.
 pub fn type_counts(counts: &std::collections::BTreeMap<String, u64>) {
     for (t, n) in counts {
-        println!("  {n:>10}  {t}");
+        outln!("  {n:>10}  {t}");
     }
 }
 
@@ -212,13 +251,17 @@ pub fn event_list(events: &[Event]) {
 
 /// Prints the scheduled jobs.
 pub fn jobs(jobs: &[durabus::scheduler::JobInfo]) {
-    println!(
+    outln!(
         "{:<24}  {:<14}  {:<8}  {:<24}  {:<24}  LAST",
-        "JOB", "SCHEDULE", "ENABLED", "NEXT RUN", "LAST RUN"
+        "JOB",
+        "SCHEDULE",
+        "ENABLED",
+        "NEXT RUN",
+        "LAST RUN"
     );
     for j in jobs {
         let last = j.last.as_ref();
-        println!(
+        outln!(
             "{:<24}  {:<14}  {:<8}  {:<24}  {:<24}  {}",
             j.name,
             j.schedule,
@@ -237,12 +280,17 @@ pub fn jobs(jobs: &[durabus::scheduler::JobInfo]) {
 /// Prints payload snapshots.
 pub fn snapshots(list: &[durabus::Snapshot]) {
     if list.is_empty() {
-        println!("no payload snapshots");
+        outln!("no payload snapshots");
         return;
     }
-    println!(
+    outln!(
         "{:<16}  {:<24}  {:>9}  {:>10}  {:<5}  {:<6}  PAYLOAD",
-        "STAGE", "TAKEN", "BYTES", "COMPRESSED", "MEDIA", "BASE64"
+        "STAGE",
+        "TAKEN",
+        "BYTES",
+        "COMPRESSED",
+        "MEDIA",
+        "BASE64"
     );
     for s in list {
         let shown = match (&s.payload, &s.deleted) {
@@ -252,7 +300,7 @@ pub fn snapshots(list: &[durabus::Snapshot]) {
             }
             (None, None) => "-".into(),
         };
-        println!(
+        outln!(
             "{:<16}  {:<24}  {:>9}  {:>10}  {:<5}  {:<6}  {}",
             clip(&s.stage, 16),
             s.created_at,
@@ -268,15 +316,19 @@ pub fn snapshots(list: &[durabus::Snapshot]) {
 /// Prints payload configuration rows.
 pub fn payload_configs(rows: &[durabus::PayloadConfig]) {
     if rows.is_empty() {
-        println!("no payload configuration: every stage is stored for 14 days, nothing redacted");
+        outln!("no payload configuration: every stage is stored for 14 days, nothing redacted");
         return;
     }
-    println!(
+    outln!(
         "{:<28}  {:<24}  {:>5}  {:<30}  {:<6}  UPDATED",
-        "EVENT TYPE", "STAGES", "DAYS", "REDACT", "BEFORE"
+        "EVENT TYPE",
+        "STAGES",
+        "DAYS",
+        "REDACT",
+        "BEFORE"
     );
     for c in rows {
-        println!(
+        outln!(
             "{:<28}  {:<24}  {:>5}  {:<30}  {:<6}  {} by {}",
             clip(&c.event_type, 28),
             clip(&c.stages.join(","), 24),

@@ -113,7 +113,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     let calls = Arc::new(AtomicU32::new(0));
     let say = move |line: String| {
         if !json {
-            println!("{line}");
+            outln!("{line}");
         }
     };
 
@@ -260,23 +260,23 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     if json {
         return output::json(&summary);
     }
-    println!();
-    println!("summary");
-    println!("  published              {}", summary.published);
-    println!("  delivered              {}", summary.delivered);
-    println!("  delivered after retry  {}", summary.delivered_after_retry);
-    println!("  dead-lettered          {}", summary.dead_lettered);
-    println!("  handler calls          {}", summary.handler_calls);
-    println!("  took                   {} ms", summary.elapsed_ms);
+    outln!();
+    outln!("summary");
+    outln!("  published              {}", summary.published);
+    outln!("  delivered              {}", summary.delivered);
+    outln!("  delivered after retry  {}", summary.delivered_after_retry);
+    outln!("  dead-lettered          {}", summary.dead_lettered);
+    outln!("  handler calls          {}", summary.handler_calls);
+    outln!("  took                   {} ms", summary.elapsed_ms);
     let m = &summary.retry_metrics;
-    println!(
+    outln!(
         "  retry metrics          {} retries, {:.0} % of retried events succeeded, {} deferred",
         m.retries_total,
         m.success_after_retry_rate * 100.0,
         m.events_deferred_total
     );
     for b in &summary.breakers {
-        println!(
+        outln!(
             "  breaker {:<14} {} ({} samples, {:.0} % failed in the last minute)",
             b.name.as_deref().unwrap_or(&b.subscription_id),
             b.breaker.state,
@@ -285,10 +285,10 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         );
     }
     for e in events.iter().filter(|e| e.status == EventStatus::Dlq) {
-        println!("  dead letter {} {}: {:?}", e.id, e.event_type, e.errors);
+        outln!("  dead letter {} {}: {:?}", e.id, e.event_type, e.errors);
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "inspect the dead letters:  durabus {} dlq list",
         db.cli_args()
     );

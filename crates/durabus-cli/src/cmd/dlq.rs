@@ -186,7 +186,7 @@ async fn execute(
                 if ctx.json {
                     output::json(&serde_json::json!({ "purged": purged }))
                 } else {
-                    println!("purged {purged} dead event(s) older than {days} day(s)");
+                    outln!("purged {purged} dead event(s) older than {days} day(s)");
                     Ok(())
                 }
             }
@@ -243,7 +243,7 @@ async fn list(
     };
     output::dead_letters(&page.items, empty);
     if let Some(next) = page.next {
-        println!("next page: --before {next}");
+        outln!("next page: --before {next}");
     }
     Ok(())
 }
@@ -268,8 +268,8 @@ async fn act(
             );
         }
         match after {
-            Some(d) => println!("dead letter {id}: {verb} done; it is {} now", d.status),
-            None => println!("dead letter {id} purged"),
+            Some(d) => outln!("dead letter {id}: {verb} done; it is {} now", d.status),
+            None => outln!("dead letter {id} purged"),
         }
         return Ok(());
     }
@@ -284,7 +284,7 @@ async fn act(
         if ctx.json {
             return output::json(&preview);
         }
-        println!(
+        outln!(
             "{verb} would cover {} dead letter(s) (checked again as each is reached); newest:",
             preview.count
         );

@@ -80,7 +80,7 @@ async fn execute(history: &History, json: bool, command: EventsCommand) -> anyho
             if json {
                 output::json(&serde_json::json!({ "purged": purged }))?;
             } else {
-                println!("purged {purged} completed event(s) older than {older_than} day(s)");
+                outln!("purged {purged} completed event(s) older than {older_than} day(s)");
             }
         }
     }

@@ -44,7 +44,7 @@ pub async fn run(
                 if ctx.json {
                     output::json(&report)
                 } else {
-                    println!("{}: {} ({})", report.name, report.status, report.message);
+                    outln!("{}: {} ({})", report.name, report.status, report.message);
                     Ok(())
                 }
             }

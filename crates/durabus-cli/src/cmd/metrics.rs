@@ -18,6 +18,6 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     };
     let text = durabus::telemetry::store_metrics_text(&store, &config).await;
     store.close().await?;
-    print!("{}", text?);
+    out!("{}", text?);
     Ok(())
 }

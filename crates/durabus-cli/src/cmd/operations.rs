@@ -83,8 +83,8 @@ pub async fn run(
                     output::json(&op)
                 } else {
                     match op.status {
-                        OperationStatus::Cancelled => println!("operation {id} cancelled"),
-                        _ => println!("operation {id} stops at its next chunk"),
+                        OperationStatus::Cancelled => outln!("operation {id} cancelled"),
+                        _ => outln!("operation {id} stops at its next chunk"),
                     }
                     Ok(())
                 }

@@ -92,11 +92,11 @@ pub async fn run(
                     return output::json(&snap);
                 }
                 match (&snap.payload, &snap.deleted) {
-                    (Some(p), _) => println!("{p}"),
+                    (Some(p), _) => outln!("{p}"),
                     (None, Some(d)) => {
-                        println!("deleted {} by {}: {}", d.deleted_at, d.deleted_by, d.reason)
+                        outln!("deleted {} by {}: {}", d.deleted_at, d.deleted_by, d.reason)
                     }
-                    (None, None) => println!("(no payload)"),
+                    (None, None) => outln!("(no payload)"),
                 }
                 Ok(())
             }
@@ -105,7 +105,7 @@ pub async fn run(
                 if ctx.json {
                     output::json(&serde_json::json!({ "event_id": event_id, "deleted": n }))
                 } else {
-                    println!("{n} snapshot(s) of event {event_id} deleted");
+                    outln!("{n} snapshot(s) of event {event_id} deleted");
                     Ok(())
                 }
             }
@@ -170,7 +170,7 @@ pub async fn run_config(
                 if ctx.json {
                     output::json(&serde_json::json!({ "deleted": event_type }))
                 } else {
-                    println!("the configuration of {event_type:?} is deleted");
+                    outln!("the configuration of {event_type:?} is deleted");
                     Ok(())
                 }
             }

@@ -138,8 +138,8 @@ pub async fn run(
                     return output::json(&op);
                 }
                 match op.status {
-                    OperationStatus::Cancelled => println!("replay {id} cancelled"),
-                    _ => println!("replay {id} stops after its current chunk"),
+                    OperationStatus::Cancelled => outln!("replay {id} cancelled"),
+                    _ => outln!("replay {id} stops after its current chunk"),
                 }
                 Ok(())
             }
@@ -182,9 +182,10 @@ async fn start(
         if ctx.json {
             return output::json(&report);
         }
-        println!(
+        outln!(
             "dry run: {} event(s) would be replayed (walked in {} ms; nothing changed)",
-            report.count, report.duration_ms
+            report.count,
+            report.duration_ms
         );
         output::type_counts(&report.by_type);
         output::event_list(&report.samples);
@@ -195,7 +196,7 @@ async fn start(
         if ctx.json {
             return output::json(&preview);
         }
-        println!("{} event(s) selected; first:", preview.count);
+        outln!("{} event(s) selected; first:", preview.count);
         output::type_counts(&preview.by_type);
         output::event_list(&preview.samples);
         return Ok(());
@@ -208,9 +209,11 @@ async fn start(
         if ctx.json {
             return output::json(&op);
         }
-        println!(
+        outln!(
             "replay {} submitted: {} event(s); a started bus runs it (`durabus replay status {}`)",
-            op.id, op.total, op.id
+            op.id,
+            op.total,
+            op.id
         );
         return Ok(());
     }
@@ -230,9 +233,10 @@ async fn start(
     }
     output::operation(&done);
     if !done.status.is_finished() {
-        println!(
+        outln!(
             "paused: `durabus operations resume {}` carries on, `durabus replay cancel {}` stops it",
-            done.id, done.id
+            done.id,
+            done.id
         );
     }
     Ok(())

@@ -63,7 +63,7 @@ fn tokens(args: &Args) -> anyhow::Result<Tokens> {
 
 pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     if args.print_openapi {
-        println!("{}", durabus_admin::openapi().to_pretty_json()?);
+        outln!("{}", durabus_admin::openapi().to_pretty_json()?);
         return Ok(());
     }
     let mut tokens = tokens(&args)?;
@@ -100,7 +100,7 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    println!(
+    outln!(
         "durabus admin API and dashboard on http://{addr} ({}); GET /api/v2/openapi.json lists the routes",
         db.display()
     );

@@ -13,8 +13,8 @@ pub async fn run(db: &crate::cmd::Db, json: bool) -> anyhow::Result<()> {
         return output::json(&stats);
     }
     let s = &stats.by_status;
-    println!("events      {}", stats.total);
-    println!(
+    outln!("events      {}", stats.total);
+    outln!(
         "by status   pending {}  processing {}  done {}  dlq {}  (dlq rate {:.1} %)",
         s.pending,
         s.processing,
@@ -22,13 +22,18 @@ pub async fn run(db: &crate::cmd::Db, json: bool) -> anyhow::Result<()> {
         s.dlq,
         s.dlq_rate * 100.0
     );
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<32}  {:>8}  {:>10}  {:>8}  {:>6}  {:>8}",
-        "TYPE", "PENDING", "PROCESSING", "DONE", "DLQ", "DLQ RATE"
+        "TYPE",
+        "PENDING",
+        "PROCESSING",
+        "DONE",
+        "DLQ",
+        "DLQ RATE"
     );
     for (t, c) in &stats.by_type {
-        println!(
+        outln!(
             "{:<32}  {:>8}  {:>10}  {:>8}  {:>6}  {:>7.1}%",
             t,
             c.pending,
@@ -38,10 +43,10 @@ pub async fn run(db: &crate::cmd::Db, json: bool) -> anyhow::Result<()> {
             c.dlq_rate * 100.0
         );
     }
-    println!();
-    println!("{:<8}  {:>8}", "RETRIES", "EVENTS");
+    outln!();
+    outln!("{:<8}  {:>8}", "RETRIES", "EVENTS");
     for (retries, n) in &stats.retry_counts {
-        println!("{retries:<8}  {n:>8}");
+        outln!("{retries:<8}  {n:>8}");
     }
     Ok(())
 }

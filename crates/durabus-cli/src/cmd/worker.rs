@@ -82,7 +82,7 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     )
     .await?;
     bus.start().await?;
-    println!("ready");
+    outln!("ready");
     std::io::stdout().flush()?;
     // Run until the parent closes our standard input.
     tokio::task::spawn_blocking(|| {

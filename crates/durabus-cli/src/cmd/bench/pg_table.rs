@@ -4,12 +4,15 @@ use super::postgres::PgReport;
 
 /// Prints the PostgreSQL figures as a table.
 pub fn print_table(r: &PgReport) {
-    println!();
-    println!(
+    outln!();
+    outln!(
         "PostgreSQL, {} worker processes, {} events, runs: {}, took {:.0} s",
-        r.workers, r.events, r.runs, r.seconds
+        r.workers,
+        r.events,
+        r.runs,
+        r.seconds
     );
-    println!("{:<36}  {:>12}  target", "figure", "measured");
+    outln!("{:<36}  {:>12}  target", "figure", "measured");
     let rows = [
         (
             "publish, 1 caller (ev/s)",
@@ -76,13 +79,14 @@ pub fn print_table(r: &PgReport) {
         ),
     ];
     for (name, value, target) in rows {
-        println!("{name:<36}  {value:>12}  {target}");
+        outln!("{name:<36}  {value:>12}  {target}");
     }
     if let Some(l) = &r.limits {
-        println!();
-        println!(
+        outln!();
+        outln!(
             "{:<36}  {:>12}  library figure as a share of it",
-            "raw limit (same run)", "ev/s"
+            "raw limit (same run)",
+            "ev/s"
         );
         let ratio = |x: f64, limit: f64| {
             if x > 0.0 && limit > 0.0 {
@@ -129,13 +133,14 @@ pub fn print_table(r: &PgReport) {
             ),
         ];
         for (name, eps, share) in rows {
-            println!("{name:<36}  {eps:>12.0}  {share}");
+            outln!("{name:<36}  {eps:>12.0}  {share}");
         }
-        println!(
+        outln!(
             "{:<36}  {:>12}  publish → other process p99 as a multiple of it",
-            "one-row commit every 2 ms: p50 / p99", "µs"
+            "one-row commit every 2 ms: p50 / p99",
+            "µs"
         );
-        println!(
+        outln!(
             "{:<36}  {:>12}  {}",
             "",
             format!(

@@ -141,22 +141,24 @@ pub(super) fn print(r: &Report) {
         ),
         ("end to end (ev/s)", r.empty_e2e_eps, r.history_e2e_eps),
     ];
-    println!();
-    println!(
+    outln!();
+    outln!(
         "durability: {}   runs: {}   took {:.0} s",
-        r.durability, r.runs, r.seconds
+        r.durability,
+        r.runs,
+        r.seconds
     );
-    println!("{:<30}  {:>12}  target", "figure", "measured");
+    outln!("{:<30}  {:>12}  target", "figure", "measured");
     for (name, value, target) in rows {
-        println!("{name:<30}  {value:>12}  {target}");
+        outln!("{name:<30}  {value:>12}  {target}");
     }
-    println!();
-    println!(
+    outln!();
+    outln!(
         "with {} completed events in history (target: within 10 % of empty)",
         r.history_events
     );
-    println!("{:<30}  {:>12}  {:>20}", "figure", "empty", "with history");
+    outln!("{:<30}  {:>12}  {:>20}", "figure", "empty", "with history");
     for (name, without, with) in history {
-        println!("{name:<30}  {without:>12.0}  {:>20}", ratio(with, without));
+        outln!("{name:<30}  {without:>12.0}  {:>20}", ratio(with, without));
     }
 }

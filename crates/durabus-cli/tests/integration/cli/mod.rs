@@ -3,6 +3,7 @@
 mod arguments;
 mod commands;
 mod demo;
+mod pipes;
 
 use std::path::Path;
 
