@@ -20,6 +20,7 @@ macro_rules! out {
 
 mod cmd;
 mod output;
+mod table;
 
 use std::process::ExitCode;
 

@@ -4,6 +4,8 @@ use std::io::Write;
 
 use durabus::Event;
 
+use crate::table::{Table, number, text};
+
 /// Writes `args` to standard output. When standard output is closed (the reader of a pipe went
 /// away: `durabus events list | head -1`), the program stops quietly with status 0, as the
 /// reader has what it wanted; any other failure to write ends it with a one-line error and
@@ -25,41 +27,31 @@ pub fn json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_owned()
-    } else {
-        let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-        out.push('…');
-        out
-    }
-}
-
 /// Prints events as a table, or a note when there are none.
 pub fn events_table(events: &[Event], empty: &str) {
     if events.is_empty() {
         outln!("{empty}");
         return;
     }
-    outln!(
-        "{:<36}  {:<24}  {:<10}  {:>7}  {:<24}  LAST ERROR",
-        "ID",
-        "TYPE",
-        "STATUS",
-        "RETRIES",
-        "CREATED"
-    );
+    let mut t = Table::new(&[
+        text("ID", 36),
+        text("TYPE", 32),
+        text("STATUS", 10),
+        number("RETRIES"),
+        text("CREATED", 24),
+        text("LAST ERROR", 60),
+    ]);
     for e in events {
-        outln!(
-            "{:<36}  {:<24}  {:<10}  {:>7}  {:<24}  {}",
-            e.id,
-            clip(&e.event_type, 24),
-            e.status,
-            e.retry_count,
-            e.created_at,
-            clip(e.last_error().unwrap_or("-"), 60)
-        );
+        t.row(vec![
+            e.id.to_string(),
+            e.event_type.clone(),
+            e.status.to_string(),
+            e.retry_count.to_string(),
+            e.created_at.to_string(),
+            e.last_error().unwrap_or("-").to_owned(),
+        ]);
     }
+    t.print();
 }
 
 fn ts(t: Option<durabus::Timestamp>) -> String {
@@ -72,29 +64,29 @@ pub fn dead_letters(items: &[durabus::DeadLetter], empty: &str) {
         outln!("{empty}");
         return;
     }
-    outln!(
-        "{:>8}  {:<36}  {:<24}  {:<9}  {:>5}  {:<16}  {:<24}  LAST ERROR",
-        "SEQ",
-        "EVENT ID",
-        "TYPE",
-        "STATUS",
-        "RETRY",
-        "GROUP",
-        "CREATED"
-    );
+    let mut t = Table::new(&[
+        number("SEQ"),
+        text("EVENT ID", 36),
+        text("TYPE", 32),
+        text("STATUS", 9),
+        number("RETRY"),
+        text("GROUP", 16),
+        text("CREATED", 24),
+        text("LAST ERROR", 60),
+    ]);
     for d in items {
-        outln!(
-            "{:>8}  {:<36}  {:<24}  {:<9}  {:>5}  {:<16}  {:<24}  {}",
-            d.seq,
-            d.event_id,
-            clip(&d.event_type, 24),
-            d.status,
-            d.auto_retry_count + d.manual_retry_count,
-            d.fingerprint,
-            d.created_at,
-            clip(&d.last_error, 60)
-        );
+        t.row(vec![
+            d.seq.to_string(),
+            d.event_id.to_string(),
+            d.event_type.clone(),
+            d.status.to_string(),
+            (d.auto_retry_count + d.manual_retry_count).to_string(),
+            d.fingerprint.clone(),
+            d.created_at.to_string(),
+            d.last_error.clone(),
+        ]);
     }
+    t.print();
 }
 
 /// Prints one dead letter in full.
@@ -120,17 +112,13 @@ pub fn dead_letter(d: &durabus::DeadLetter) {
     );
     outln!("created        {}", d.created_at);
     outln!("updated        {}", d.updated_at);
-    outln!(
-        "last retry     {} by {}",
-        ts(d.last_retry_at),
-        d.last_retry_by.as_deref().unwrap_or("-")
-    );
-    outln!(
-        "resolved       {} by {} ({})",
-        ts(d.resolved_at),
-        d.resolved_by.as_deref().unwrap_or("-"),
-        d.resolution_note.as_deref().unwrap_or("-")
-    );
+    match (&d.last_retry_at, &d.last_retry_by) {
+        (Some(at), by) => outln!("last retry     {at} by {}", by.as_deref().unwrap_or("-")),
+        (None, _) => outln!("last retry     never"),
+    }
+    for line in closing(d) {
+        outln!("{line}");
+    }
     outln!("payload        {}", d.payload);
     for round in &d.error_history {
         outln!(
@@ -148,34 +136,63 @@ pub fn dead_letter(d: &durabus::DeadLetter) {
     }
 }
 
+/// What a record's status says about how it was closed (or that it is still open), in words of
+/// its own: an abandoned record is not "resolved".
+fn closing(d: &durabus::DeadLetter) -> Vec<String> {
+    use durabus::DeadLetterStatus as S;
+    let at = ts(d.resolved_at);
+    let by = d.resolved_by.as_deref().unwrap_or("-");
+    let note = d.resolution_note.as_deref();
+    match d.status {
+        S::Pending => vec!["open           waiting for its next retry or an operator".into()],
+        S::Retrying => {
+            vec!["open           sent back for delivery; this round has not ended yet".into()]
+        }
+        S::Resolved if d.resolution_note.is_none() => {
+            vec![format!(
+                "resolved       {at}: delivered by the retry of {by}"
+            )]
+        }
+        S::Resolved => vec![
+            format!("resolved       {at} by {by}"),
+            format!("note           {}", note.unwrap_or("-")),
+        ],
+        S::Abandoned => vec![
+            format!("abandoned      {at} by {by} (no more automatic retries)"),
+            format!("note           {}", note.unwrap_or("-")),
+        ],
+    }
+}
+
 /// Prints failure groups.
 pub fn groups(groups: &[durabus::DeadLetterGroup]) {
     if groups.is_empty() {
         outln!("no failure groups: the dead-letter queue is empty");
         return;
     }
-    outln!(
-        "{:<16}  {:>7}  {:>7}  {:<20}  {:<24}  {:<24}  SAMPLE",
-        "GROUP",
-        "OPEN",
-        "TOTAL",
-        "SUBSCRIPTION",
-        "FIRST SEEN",
-        "LAST SEEN"
-    );
+    let mut t = Table::new(&[
+        text("GROUP", 16),
+        number("OPEN"),
+        number("TOTAL"),
+        text("SUBSCRIPTION", 20),
+        text("FIRST SEEN", 24),
+        text("LAST SEEN", 24),
+        text("TYPES", 30),
+        text("SAMPLE", 60),
+    ]);
     for g in groups {
-        outln!(
-            "{:<16}  {:>7}  {:>7}  {:<20}  {:<24}  {:<24}  {}",
-            g.fingerprint,
-            g.open,
-            g.count,
-            clip(g.subscription.as_deref().unwrap_or("-"), 20),
-            g.first_seen,
-            g.last_seen,
-            clip(&g.sample_error, 60)
-        );
-        outln!("{:<16}  types: {}", "", g.event_types.join(", "));
+        t.row(vec![
+            g.fingerprint.clone(),
+            g.open.to_string(),
+            g.count.to_string(),
+            g.subscription.as_deref().unwrap_or("-").to_owned(),
+            g.first_seen.to_string(),
+            g.last_seen.to_string(),
+            g.event_types.join(", "),
+            g.sample_error.clone(),
+        ]);
     }
+    t.print();
 }
 
 /// Prints operations as a table.
@@ -184,25 +201,25 @@ pub fn operations(list: &[durabus::Operation]) {
         outln!("no operations");
         return;
     }
-    outln!(
-        "{:<36}  {:<22}  {:<9}  {:>15}  {:<12}  CREATED",
-        "ID",
-        "KIND",
-        "STATUS",
-        "DONE/TOTAL",
-        "ACTOR"
-    );
+    let mut t = Table::new(&[
+        text("ID", 36),
+        text("KIND", 22),
+        text("STATUS", 9),
+        number("DONE/TOTAL"),
+        text("ACTOR", 16),
+        text("CREATED", 24),
+    ]);
     for op in list {
-        outln!(
-            "{:<36}  {:<22}  {:<9}  {:>15}  {:<12}  {}",
-            op.id,
-            op.kind,
-            op.status,
+        t.row(vec![
+            op.id.clone(),
+            op.kind.to_string(),
+            op.status.to_string(),
             format!("{}/{}", op.processed + op.skipped + op.errors, op.total),
-            clip(&op.actor.name, 12),
-            op.created_at
-        );
+            op.actor.name.clone(),
+            op.created_at.to_string(),
+        ]);
     }
+    t.print();
 }
 
 /// Prints one operation in full.
@@ -251,30 +268,32 @@ pub fn event_list(events: &[Event]) {
 
 /// Prints the scheduled jobs.
 pub fn jobs(jobs: &[durabus::scheduler::JobInfo]) {
-    outln!(
-        "{:<24}  {:<14}  {:<8}  {:<24}  {:<24}  LAST",
-        "JOB",
-        "SCHEDULE",
-        "ENABLED",
-        "NEXT RUN",
-        "LAST RUN"
-    );
+    let mut t = Table::new(&[
+        text("JOB", 24),
+        text("SCHEDULE", 20),
+        text("ENABLED", 7),
+        text("NEXT RUN", 24),
+        text("LAST RUN", 24),
+        text("LAST", 80),
+    ]);
     for j in jobs {
         let last = j.last.as_ref();
-        outln!(
-            "{:<24}  {:<14}  {:<8}  {:<24}  {:<24}  {}",
-            j.name,
-            j.schedule,
-            j.enabled,
+        t.row(vec![
+            j.name.clone(),
+            j.schedule.clone(),
+            j.enabled.to_string(),
             ts(j.next_run),
             ts(last.and_then(|l| l.last_started_at)),
-            last.map_or("never ran".into(), |l| format!(
-                "{}: {}",
-                l.last_status.as_deref().unwrap_or("running"),
-                l.last_message.as_deref().unwrap_or("")
-            ))
-        );
+            last.map_or("never ran".into(), |l| {
+                format!(
+                    "{}: {}",
+                    l.last_status.as_deref().unwrap_or("running"),
+                    l.last_message.as_deref().unwrap_or("")
+                )
+            }),
+        ]);
     }
+    t.print();
 }
 
 /// Prints payload snapshots.
@@ -283,34 +302,34 @@ pub fn snapshots(list: &[durabus::Snapshot]) {
         outln!("no payload snapshots");
         return;
     }
-    outln!(
-        "{:<16}  {:<24}  {:>9}  {:>10}  {:<5}  {:<6}  PAYLOAD",
-        "STAGE",
-        "TAKEN",
-        "BYTES",
-        "COMPRESSED",
-        "MEDIA",
-        "BASE64"
-    );
+    let mut t = Table::new(&[
+        text("STAGE", 16),
+        text("TAKEN", 24),
+        number("BYTES"),
+        number("COMPRESSED"),
+        text("MEDIA", 5),
+        text("BASE64", 6),
+        text("PAYLOAD", 60),
+    ]);
     for s in list {
         let shown = match (&s.payload, &s.deleted) {
-            (Some(p), _) => clip(p, 60),
+            (Some(p), _) => p.clone(),
             (None, Some(d)) => {
                 format!("deleted {} by {}: {}", d.deleted_at, d.deleted_by, d.reason)
             }
             (None, None) => "-".into(),
         };
-        outln!(
-            "{:<16}  {:<24}  {:>9}  {:>10}  {:<5}  {:<6}  {}",
-            clip(&s.stage, 16),
-            s.created_at,
-            s.size_original,
-            s.size_compressed,
-            s.contains_media,
-            s.contains_base64,
-            shown
-        );
+        t.row(vec![
+            s.stage.clone(),
+            s.created_at.to_string(),
+            s.size_original.to_string(),
+            s.size_compressed.to_string(),
+            s.contains_media.to_string(),
+            s.contains_base64.to_string(),
+            shown,
+        ]);
     }
+    t.print();
 }
 
 /// Prints payload configuration rows.
@@ -319,24 +338,23 @@ pub fn payload_configs(rows: &[durabus::PayloadConfig]) {
         outln!("no payload configuration: every stage is stored for 14 days, nothing redacted");
         return;
     }
-    outln!(
-        "{:<28}  {:<24}  {:>5}  {:<30}  {:<6}  UPDATED",
-        "EVENT TYPE",
-        "STAGES",
-        "DAYS",
-        "REDACT",
-        "BEFORE"
-    );
+    let mut t = Table::new(&[
+        text("EVENT TYPE", 32),
+        text("STAGES", 24),
+        number("DAYS"),
+        text("REDACT", 40),
+        text("BEFORE", 6),
+        text("UPDATED", 60),
+    ]);
     for c in rows {
-        outln!(
-            "{:<28}  {:<24}  {:>5}  {:<30}  {:<6}  {} by {}",
-            clip(&c.event_type, 28),
-            clip(&c.stages.join(","), 24),
-            c.retention_days,
-            clip(&c.redact.join(" "), 30),
-            c.redact_before_store,
-            c.updated_at,
-            c.updated_by
-        );
+        t.row(vec![
+            c.event_type.clone(),
+            c.stages.join(","),
+            c.retention_days.to_string(),
+            c.redact.join(" "),
+            c.redact_before_store.to_string(),
+            format!("{} by {}", c.updated_at, c.updated_by),
+        ]);
     }
+    t.print();
 }

@@ -90,7 +90,7 @@ impl BreakerState {
 
 impl std::fmt::Display for BreakerState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 

@@ -136,11 +136,7 @@ impl Timestamp {
 impl std::fmt::Display for Timestamp {
     /// RFC 3339 with milliseconds, UTC.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}",
-            humantime::format_rfc3339_millis(self.to_system_time())
-        )
+        f.pad(&humantime::format_rfc3339_millis(self.to_system_time()).to_string())
     }
 }
 

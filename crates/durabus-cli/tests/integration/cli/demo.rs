@@ -50,6 +50,11 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
         shown.contains("round 1 failed") && shown.contains("stolen"),
         "{shown}"
     );
+    assert!(shown.contains("open           waiting"), "{shown}");
+    assert!(
+        !shown.contains("resolved"),
+        "a pending record is not resolved: {shown}"
+    );
 
     let done = json(&durabus(
         &db,
@@ -229,4 +234,28 @@ fn the_demo_takes_its_own_announcements_and_leaves_an_applications_alone() {
     ));
     assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
     assert_eq!(pending[0]["type"], "system.dead_letter");
+}
+
+#[test]
+fn dlq_show_words_each_status_its_own_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("show.db");
+    assert!(durabus(&db, &["demo"]).status.success());
+    let page = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let id = page["items"][0]["event_id"].as_str().unwrap().to_owned();
+    let abandoned = durabus(&db, &["dlq", "abandon", &id, "--note", "card is stolen"]);
+    assert!(abandoned.status.success(), "{}", stderr(&abandoned));
+    let shown = stdout(&durabus(&db, &["dlq", "show", &id]));
+    assert!(shown.contains("abandoned      "), "{shown}");
+    assert!(shown.contains("note           card is stolen"), "{shown}");
+    assert!(
+        !shown.contains("resolved"),
+        "abandoned is not resolved: {shown}"
+    );
+    let resolved = durabus(&db, &["dlq", "resolve", &id, "--note", "refunded by hand"]);
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    let shown = stdout(&durabus(&db, &["dlq", "show", &id]));
+    assert!(shown.contains("resolved       "), "{shown}");
+    assert!(shown.contains("note           refunded by hand"), "{shown}");
+    assert!(!shown.contains("abandoned"), "{shown}");
 }
