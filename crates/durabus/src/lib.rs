@@ -138,7 +138,7 @@ pub use operation::{
 };
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
-pub use payload::{ConfigInput, PayloadConfig, Payloads, Snapshot};
+pub use payload::{ConfigChange, ConfigInput, PayloadConfig, Payloads, Snapshot};
 pub use replay::{ReplayHooks, ReplayRequest, ReplayResult, ReplaySelection, Replays};
 pub use retry::{RetryOverride, RetryPolicy};
 /// The `rusqlite` durabus links, for applications that write events in their own SQLite

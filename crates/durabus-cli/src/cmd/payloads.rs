@@ -1,7 +1,7 @@
 //! `durabus payloads list | get | delete` and `durabus payload-config list | set | delete`.
 
 use clap::Subcommand;
-use durabus::{ConfigInput, EventId, Payloads};
+use durabus::{ConfigChange, EventId, Payloads};
 
 use crate::output;
 
@@ -33,22 +33,30 @@ pub enum PayloadsCommand {
 pub enum ConfigCommand {
     /// Every configuration row (a type without one uses `*`, else every stage for 14 days).
     List,
-    /// Set the configuration of an event type (`*`: the default), replacing its row.
+    /// Change the configuration of an event type (`*`: the default): only the settings given
+    /// change; the others, redaction rules among them, stay. A type without a row of its own
+    /// starts from every stage, 14 days, nothing redacted.
     Set {
         /// The event type, or `*`.
         event_type: String,
         /// Stages to store, comma-separated (`*`: all; an empty value: none).
-        #[arg(long, value_delimiter = ',', default_value = "*")]
-        stages: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        stages: Option<Vec<String>>,
         /// Days snapshots are kept.
-        #[arg(long, default_value_t = 14, allow_hyphen_values = true)]
-        retention_days: i64,
-        /// A JSON path operators never see (`$.card.number`); repeat for more.
+        #[arg(long, allow_hyphen_values = true)]
+        retention_days: Option<i64>,
+        /// Add a JSON path operators never see (`$.card.number`); repeat for more.
         #[arg(long)]
         redact: Vec<String>,
-        /// Redact those paths in the stored snapshots too.
+        /// Drop a redaction rule (it must exist); repeat for more.
         #[arg(long)]
-        redact_before_store: bool,
+        no_redact: Vec<String>,
+        /// Drop every redaction rule (before adding those of --redact).
+        #[arg(long)]
+        clear_redact: bool,
+        /// Store snapshots redacted too (`--redact-before-store false` to stop).
+        #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+        redact_before_store: Option<bool>,
     },
     /// Delete a type's configuration row.
     Delete {
@@ -140,23 +148,22 @@ pub async fn run_config(
                 stages,
                 retention_days,
                 redact,
+                no_redact,
+                clear_redact,
                 redact_before_store,
             } => {
-                let stages = stages
-                    .into_iter()
-                    .filter(|s| !s.trim().is_empty())
-                    .collect();
+                let stages =
+                    stages.map(|list| list.into_iter().filter(|s| !s.trim().is_empty()).collect());
+                let change = ConfigChange {
+                    stages,
+                    retention_days,
+                    redact_add: redact,
+                    redact_remove: no_redact,
+                    redact_clear: clear_redact,
+                    redact_before_store,
+                };
                 let row = payloads
-                    .set_config(
-                        &event_type,
-                        ConfigInput {
-                            stages,
-                            retention_days,
-                            redact,
-                            redact_before_store,
-                        },
-                        &ctx.actor,
-                    )
+                    .update_config(&event_type, change, &ctx.actor)
                     .await?;
                 if ctx.json {
                     output::json(&row)

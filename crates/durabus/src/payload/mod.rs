@@ -19,7 +19,7 @@ pub mod redact;
 mod service;
 mod source;
 
-pub use service::{ConfigInput, Payloads};
+pub use service::{ConfigChange, ConfigInput, Payloads};
 pub use source::{CONFIG_REFRESH, ConfigSource};
 
 use std::sync::{Arc, RwLock};

@@ -58,6 +58,33 @@ impl Default for ConfigInput {
     }
 }
 
+/// A change to one type's payload configuration: only what it names changes, and a redaction
+/// rule is dropped only when it says so.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigChange {
+    /// New stages (`["*"]`: every stage, `[]`: none); unchanged if absent.
+    pub stages: Option<Vec<String>>,
+    /// New retention in days; unchanged if absent.
+    pub retention_days: Option<i64>,
+    /// JSON paths to add to the redaction rules (already there: kept once).
+    pub redact_add: Vec<String>,
+    /// JSON paths to drop from the redaction rules; one that is not there is refused.
+    pub redact_remove: Vec<String>,
+    /// Drop every redaction rule first (then `redact_add` applies).
+    pub redact_clear: bool,
+    /// Whether snapshots are stored redacted; unchanged if absent.
+    pub redact_before_store: Option<bool>,
+}
+
+impl ConfigChange {
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == ConfigChange::default()
+    }
+}
+
 /// The payload store on a store.
 #[derive(Debug, Clone)]
 pub struct Payloads {
@@ -123,6 +150,76 @@ impl Payloads {
         self.store.payload_config_set(config.clone()).await?;
         self.configs.reload().await?;
         Ok(config)
+    }
+
+    /// Changes only what `change` names in the configuration of `event_type` (a type without a
+    /// row of its own starts from the built-in default: every stage, 14 days, nothing
+    /// redacted); its other settings, its redaction rules among them, stay as they were.
+    /// Fails with [`Error::InvalidConfig`] for a change that names nothing, drops a rule the
+    /// type does not have, or makes the row invalid.
+    pub async fn update_config(
+        &self,
+        event_type: &str,
+        change: ConfigChange,
+        actor: &Actor,
+    ) -> Result<PayloadConfig> {
+        if change.is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "nothing to change in the payload configuration of {event_type:?}: give stages, retention days, redaction rules to add or remove, or redact-before-store"
+            )));
+        }
+        let event_type = event_type.trim();
+        let current = self
+            .configs
+            .reload()
+            .await?
+            .rows()
+            .iter()
+            .find(|r| r.event_type == event_type)
+            .cloned();
+        let mut input = match current {
+            Some(row) => ConfigInput {
+                stages: row.stages,
+                retention_days: i64::from(row.retention_days),
+                redact: row.redact,
+                redact_before_store: row.redact_before_store,
+            },
+            None => ConfigInput::default(),
+        };
+        if let Some(stages) = change.stages {
+            input.stages = stages;
+        }
+        if let Some(days) = change.retention_days {
+            input.retention_days = days;
+        }
+        if change.redact_clear {
+            input.redact.clear();
+        }
+        for path in &change.redact_remove {
+            let path = path.trim();
+            let before = input.redact.len();
+            input.redact.retain(|p| p != path);
+            if input.redact.len() == before && !change.redact_clear {
+                return Err(Error::InvalidConfig(format!(
+                    "{event_type:?} has no redaction rule {path:?} to remove; its rules: {}",
+                    if input.redact.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        input.redact.join(", ")
+                    }
+                )));
+            }
+        }
+        for path in change.redact_add {
+            let path = path.trim().to_owned();
+            if !input.redact.contains(&path) {
+                input.redact.push(path);
+            }
+        }
+        if let Some(b) = change.redact_before_store {
+            input.redact_before_store = b;
+        }
+        self.set_config(event_type, input, actor).await
     }
 
     /// Deletes the configuration row of `event_type` (it falls back to `*`, then the default).

@@ -101,6 +101,7 @@ macro_rules! all_contract_tests {
             payloads::snapshots_round_trip_byte_for_byte,
             payloads::realistic_json_compresses_five_to_ten_times,
             payloads::configuration_is_per_type_with_a_default,
+            payloads::a_configuration_change_touches_only_what_it_names,
             payloads::automatic_snapshots_follow_the_configuration,
             payloads::a_soft_delete_clears_the_bytes_and_keeps_the_audit,
             payloads::published_snapshots_outlive_their_events_and_expire,

@@ -159,6 +159,59 @@ fn payload_snapshots_are_listed_redacted_and_deleted_from_the_cli() {
         table.contains("order.paid") && table.contains("$.card"),
         "{table}"
     );
+    // Setting one field changes only that field: the redaction rule stays.
+    let days = json(&durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--retention-days",
+            "7",
+            "--json",
+        ],
+    ));
+    assert_eq!(days["retention_days"], 7);
+    assert_eq!(days["redact"], serde_json::json!(["$.card"]), "{days}");
+    assert_eq!(days["stages"], serde_json::json!(["*"]), "{days}");
+    let got = json(&durabus(
+        &db,
+        &["payloads", "get", &id, "published", "--json"],
+    ));
+    assert_eq!(got["payload"]["card"], "[redacted]", "still redacted");
+    // Dropping a rule is explicit, and a rule the type does not have is refused.
+    let typo = durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--no-redact",
+            "$.cardd",
+        ],
+    );
+    assert_one_line_failure(&typo, "no redaction rule");
+    let dropped = json(&durabus(
+        &db,
+        &[
+            "payload-config",
+            "set",
+            "order.paid",
+            "--no-redact",
+            "$.card",
+            "--redact",
+            "$.card.number",
+            "--json",
+        ],
+    ));
+    assert_eq!(
+        dropped["redact"],
+        serde_json::json!(["$.card.number"]),
+        "{dropped}"
+    );
+    assert_eq!(dropped["retention_days"], 7);
+    let nothing = durabus(&db, &["payload-config", "set", "order.paid"]);
+    assert_one_line_failure(&nothing, "nothing to change");
     // Bad input: one line, nothing changed.
     let negative = durabus(
         &db,

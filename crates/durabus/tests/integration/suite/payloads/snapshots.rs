@@ -214,3 +214,68 @@ pub async fn automatic_snapshots_follow_the_configuration(h: &Harness) {
     assert!(plain.payloads().list(id).await.unwrap().is_empty());
     plain.shutdown().await.unwrap();
 }
+
+pub async fn a_configuration_change_touches_only_what_it_names(h: &Harness) {
+    let bus = h.bus().await;
+    let p = bus.payloads();
+    // A type without a row starts from the default.
+    let first = p
+        .update_config(
+            "order.paid",
+            durabus::ConfigChange {
+                redact_add: vec!["$.card".into(), "$.cvv".into()],
+                ..Default::default()
+            },
+            &ann(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.stages, vec!["*".to_owned()]);
+    assert_eq!(first.retention_days, 14);
+    assert_eq!(first.redact, vec!["$.card".to_owned(), "$.cvv".to_owned()]);
+    let days = p
+        .update_config(
+            "order.paid",
+            durabus::ConfigChange {
+                retention_days: Some(3),
+                ..Default::default()
+            },
+            &ann(),
+        )
+        .await
+        .unwrap();
+    assert_eq!((days.retention_days, days.redact.len()), (3, 2), "{days:?}");
+    let refused = p
+        .update_config(
+            "order.paid",
+            durabus::ConfigChange {
+                redact_remove: vec!["$.nope".into()],
+                ..Default::default()
+            },
+            &ann(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::InvalidInput);
+    let empty = p
+        .update_config("order.paid", durabus::ConfigChange::default(), &ann())
+        .await
+        .unwrap_err();
+    assert_eq!(empty.kind(), ErrorKind::InvalidInput);
+    let cleared = p
+        .update_config(
+            "order.paid",
+            durabus::ConfigChange {
+                redact_clear: true,
+                redact_before_store: Some(false),
+                ..Default::default()
+            },
+            &ann(),
+        )
+        .await
+        .unwrap();
+    assert!(cleared.redact.is_empty());
+    assert_eq!(cleared.retention_days, 3);
+    assert_eq!(p.configs().await.unwrap(), vec![cleared]);
+    bus.shutdown().await.unwrap();
+}
