@@ -136,6 +136,44 @@ pub fn dead_letter(d: &durabus::DeadLetter) {
     }
 }
 
+/// Prints one event in full.
+pub fn event(e: &Event) {
+    outln!("event          {}", e.id);
+    outln!("type           {}", e.event_type);
+    outln!("status         {}", e.status);
+    outln!("created        {}", e.created_at);
+    outln!("updated        {}", e.updated_at);
+    if let Some(at) = e.next_attempt_at {
+        outln!("next attempt   {at}");
+    }
+    if let Some(at) = e.dlq_at {
+        outln!("dead since     {at}");
+    }
+    outln!("failed tries   {}", e.retry_count);
+    if e.dlq_count > 0 {
+        outln!(
+            "dead letter    {} time(s); `durabus dlq show {}` has its record",
+            e.dlq_count,
+            e.id
+        );
+    }
+    outln!(
+        "handled by     {}",
+        if e.delivered.is_empty() {
+            "no subscription yet".to_owned()
+        } else {
+            e.delivered.join(", ")
+        }
+    );
+    for (k, v) in &e.metadata {
+        outln!("metadata       {k} = {v}");
+    }
+    for err in &e.errors {
+        outln!("error          {err}");
+    }
+    outln!("payload        {}", e.payload);
+}
+
 /// What a record's status says about how it was closed (or that it is still open), in words of
 /// its own: an abandoned record is not "resolved".
 fn closing(d: &durabus::DeadLetter) -> Vec<String> {

@@ -1,9 +1,11 @@
-//! `durabus events list | purge`.
+//! `durabus events list | show | publish | purge`.
 
+use std::io::Read;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Subcommand;
-use durabus::{EventQuery, EventStatus, History, Timestamp};
+use durabus::{EventId, EventQuery, EventStatus, History, NewEvent, Payloads, Timestamp};
 
 use crate::output;
 
@@ -30,6 +32,21 @@ pub enum EventsCommand {
         #[arg(long, default_value_t = 50)]
         limit: u64,
     },
+    /// One event in full: status, attempts and every error, which subscriptions have handled it,
+    /// metadata, payload (redacted as configured) and its payload snapshots.
+    Show {
+        /// The event's id.
+        id: EventId,
+    },
+    /// Publish an event for testing and scripts: stored durably as pending (the application's
+    /// workers deliver it); prints its id.
+    Publish {
+        /// The event type (`system.*` is the bus's own).
+        event_type: String,
+        /// The payload: JSON text, `@FILE` to read it from a file, or `-` (or nothing) to read
+        /// it from standard input.
+        payload: Option<String>,
+    },
     /// Delete completed (done) events finished DAYS days ago or earlier. Pending, processing
     /// and dead events are never touched.
     Purge {
@@ -41,6 +58,20 @@ pub enum EventsCommand {
 
 pub async fn run(db: &crate::cmd::Db, json: bool, command: EventsCommand) -> anyhow::Result<()> {
     let store = super::open_existing(db).await?;
+    if let EventsCommand::Publish {
+        event_type,
+        payload,
+    } = command
+    {
+        let result = publish(store.clone(), json, &event_type, payload.as_deref()).await;
+        store.close().await?;
+        return result;
+    }
+    if let EventsCommand::Show { id } = command {
+        let result = show(store.clone(), json, id).await;
+        store.close().await?;
+        return result;
+    }
     let history = History::new(store.clone());
     let result = execute(&history, json, command).await;
     store.close().await?;
@@ -73,6 +104,9 @@ async fn execute(history: &History, json: bool, command: EventsCommand) -> anyho
                 output::events_table(&events, "no events match");
             }
         }
+        EventsCommand::Show { .. } | EventsCommand::Publish { .. } => {
+            unreachable!("handled in run")
+        }
         EventsCommand::Purge { older_than } => {
             let purged = history
                 .purge(Duration::from_secs(u64::from(older_than) * 86_400))
@@ -84,5 +118,63 @@ async fn execute(history: &History, json: bool, command: EventsCommand) -> anyho
             }
         }
     }
+    Ok(())
+}
+
+/// The payload text of `events publish`: the argument, a file (`@FILE`) or standard input.
+fn payload_text(arg: Option<&str>) -> anyhow::Result<String> {
+    match arg {
+        None | Some("-") => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("reading the payload from standard input")?;
+            Ok(text)
+        }
+        Some(file) if file.starts_with('@') => std::fs::read_to_string(&file[1..])
+            .with_context(|| format!("reading the payload from {}", &file[1..])),
+        Some(text) => Ok(text.to_owned()),
+    }
+}
+
+async fn publish(
+    store: std::sync::Arc<dyn durabus::Store>,
+    json: bool,
+    event_type: &str,
+    payload: Option<&str>,
+) -> anyhow::Result<()> {
+    let text = payload_text(payload)?;
+    let value: serde_json::Value = serde_json::from_str(text.trim())
+        .map_err(|e| anyhow::anyhow!("the payload is not JSON: {e}"))?;
+    let event = NewEvent::new(event_type, &value)?;
+    let bus = durabus::EventBus::builder()
+        .store(store)
+        .deliver(false)
+        .build()
+        .await?;
+    let id = bus.enqueue_event(event).await;
+    bus.shutdown().await?;
+    let id = id?;
+    if json {
+        output::json(&serde_json::json!({ "id": id, "type": event_type, "status": "pending" }))
+    } else {
+        outln!("{id}");
+        Ok(())
+    }
+}
+
+async fn show(
+    store: std::sync::Arc<dyn durabus::Store>,
+    json: bool,
+    id: EventId,
+) -> anyhow::Result<()> {
+    let event = History::new(store.clone()).get(id).await?;
+    let snapshots = Payloads::new(store).list(id).await?;
+    if json {
+        return output::json(&serde_json::json!({ "event": event, "snapshots": snapshots }));
+    }
+    output::event(&event);
+    outln!();
+    output::snapshots(&snapshots);
     Ok(())
 }

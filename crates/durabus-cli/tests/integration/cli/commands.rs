@@ -369,3 +369,92 @@ fn metrics_print_the_databases_gauges() {
     assert_eq!(other["shop_dead_letters{status=\"pending\"}"], 1.0);
     assert_one_line_failure(&durabus(&db, &["metrics", "--prefix", "1-bad"]), "prefix");
 }
+
+#[test]
+fn events_are_published_and_shown_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("publish.db");
+    enqueue_many(&db, 1);
+    let inline = durabus(&db, &["events", "publish", "order.placed", r#"{"id":1}"#]);
+    assert!(inline.status.success(), "{}", stderr(&inline));
+    let id = stdout(&inline).trim().to_owned();
+    assert_eq!(id.len(), 36, "prints the id: {id}");
+    let file = dir.path().join("payload.json");
+    std::fs::write(&file, r#"{"id":2,"note":"from a file"}"#).unwrap();
+    let from_file = json(&durabus(
+        &db,
+        &[
+            "events",
+            "publish",
+            "order.placed",
+            &format!("@{}", file.display()),
+            "--json",
+        ],
+    ));
+    assert_eq!(from_file["status"], "pending");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .arg("--db")
+        .arg(&db)
+        .args(["events", "publish", "order.placed", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(br#"{"id":3}"#).unwrap();
+    }
+    let piped = child.wait_with_output().unwrap();
+    assert!(piped.status.success());
+    let piped_id = stdout(&piped).trim().to_owned();
+
+    let shown = json(&durabus(&db, &["events", "show", &piped_id, "--json"]));
+    assert_eq!(shown["event"]["type"], "order.placed");
+    assert_eq!(shown["event"]["status"], "pending");
+    assert_eq!(shown["event"]["payload"]["id"], 3);
+    assert!(shown["snapshots"].as_array().unwrap().is_empty());
+    let text = stdout(&durabus(&db, &["events", "show", &id]));
+    assert!(text.contains("type           order.placed"), "{text}");
+    assert!(text.contains(r#"payload        {"id":1}"#), "{text}");
+    let from_file_id = from_file["id"].as_str().unwrap();
+    let text = stdout(&durabus(&db, &["events", "show", from_file_id]));
+    assert!(text.contains("from a file"), "{text}");
+
+    // Bad input: one line, nothing stored.
+    let listed = |db: &std::path::Path| {
+        json(&durabus(db, &["events", "list", "--json"]))
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let before = listed(&db);
+    assert_one_line_failure(
+        &durabus(&db, &["events", "publish", "order.placed", "not json"]),
+        "not JSON",
+    );
+    assert_one_line_failure(
+        &durabus(&db, &["events", "publish", "system.mine", "{}"]),
+        "reserved",
+    );
+    assert_one_line_failure(
+        &durabus(
+            &db,
+            &[
+                "events",
+                "publish",
+                "order.placed",
+                "@/nonexistent/file.json",
+            ],
+        ),
+        "reading the payload",
+    );
+    assert_eq!(listed(&db), before);
+    assert_one_line_failure(
+        &durabus(
+            &db,
+            &["events", "show", "0190a5b2-7c1e-7d3a-9f1e-2b3c4d5e6f70"],
+        ),
+        "not found",
+    );
+}
