@@ -70,6 +70,51 @@ pub struct BusConfig {
     /// Called with every error the bus meets in the background (see [`ErrorHook`]). Defaults
     /// to none: such errors only reach `tracing`.
     pub on_error: crate::hook::ErrorHook,
+    /// How long the worker loop pauses after a claim fails (the store down, locked or
+    /// refusing): [`Backoff::default`], 20 ms doubling to 2.56 s, reset by the next claim that
+    /// works. Each failure also reaches [`on_error`](Self::on_error).
+    pub error_backoff: Backoff,
+}
+
+/// A pause that doubles with each failure in a row, up to a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The pause after the first failure. Must be above zero.
+    pub initial: Duration,
+    /// The longest pause. At least `initial`.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    /// 20 ms, doubling to 2.56 s (the eighth failure in a row and later).
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(20),
+            max: Duration::from_millis(2_560),
+        }
+    }
+}
+
+impl Backoff {
+    /// The pause after `failures` failures in a row (1 for the first): `initial` doubled
+    /// `failures - 1` times, at most `max`.
+    pub fn pause(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(32);
+        self.initial
+            .saturating_mul(1u32 << doublings.min(31))
+            .min(self.max)
+    }
+
+    /// Checks the values.
+    pub fn validate(&self) -> Result<()> {
+        if self.initial.is_zero() || self.max < self.initial {
+            return Err(Error::InvalidConfig(format!(
+                "error_backoff: initial {:?} must be above zero and max {:?} at least initial",
+                self.initial, self.max
+            )));
+        }
+        Ok(())
+    }
 }
 
 impl Default for BusConfig {
@@ -91,6 +136,7 @@ impl Default for BusConfig {
             metrics: MetricsConfig::default(),
             deliver: true,
             on_error: crate::hook::ErrorHook::default(),
+            error_backoff: Backoff::default(),
         }
     }
 }
@@ -102,6 +148,7 @@ impl BusConfig {
         self.breaker.validate()?;
         self.scheduler.validate()?;
         self.metrics.validate()?;
+        self.error_backoff.validate()?;
         if self.handler_timeout.is_zero() {
             return Err(Error::InvalidConfig(
                 "handler_timeout must be above zero".into(),
@@ -138,6 +185,41 @@ impl BusConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_error_backoff_doubles_from_its_start_up_to_its_limit() {
+        let b = Backoff::default();
+        let ms = |n| b.pause(n).as_millis();
+        assert_eq!(
+            (ms(1), ms(2), ms(3), ms(8), ms(9), ms(1_000)),
+            (20, 40, 80, 2_560, 2_560, 2_560)
+        );
+        let custom = Backoff {
+            initial: Duration::from_millis(5),
+            max: Duration::from_millis(12),
+        };
+        assert_eq!(custom.pause(0), Duration::from_millis(5));
+        assert_eq!(custom.pause(2), Duration::from_millis(10));
+        assert_eq!(custom.pause(3), Duration::from_millis(12));
+        assert!(custom.validate().is_ok());
+        for bad in [
+            Backoff {
+                initial: Duration::ZERO,
+                max: Duration::from_secs(1),
+            },
+            Backoff {
+                initial: Duration::from_secs(2),
+                max: Duration::from_secs(1),
+            },
+        ] {
+            let config = BusConfig {
+                error_backoff: bad,
+                ..BusConfig::default()
+            };
+            assert!(config.validate().is_err(), "{bad:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

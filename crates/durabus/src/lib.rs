@@ -122,7 +122,7 @@ pub use actor::{Actor, ActorKind};
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
-pub use config::{BusConfig, MetricsConfig};
+pub use config::{Backoff, BusConfig, MetricsConfig};
 pub use dlq::{
     Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
     DeadLetterPolicy, DeadLetterStatus, DeadLetterSummary, DeadLetterSummaryPage, DeadLetters,

@@ -249,6 +249,14 @@ impl BusBuilder {
         self
     }
 
+    /// Sets the worker loop's pause after a failed claim (see
+    /// [`BusConfig::error_backoff`](crate::BusConfig::error_backoff): 20 ms doubling to 2.56 s
+    /// unless set).
+    pub fn error_backoff(mut self, backoff: crate::config::Backoff) -> Self {
+        self.config.error_backoff = backoff;
+        self
+    }
+
     /// Sets the fallback poll interval (500 ms unless set).
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.config.poll_interval = interval;

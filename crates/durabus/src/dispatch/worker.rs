@@ -262,7 +262,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 Err(e) => {
                     drop((slot, write));
                     failures = failures.saturating_add(1);
-                    let pause = Duration::from_millis(10u64 << failures.min(8));
+                    let pause = config.error_backoff.pause(failures);
                     ahead::claim_failed(&dispatcher, &e, pause);
                     tokio::select! {
                         _ = tokio::time::sleep(pause) => continue,
