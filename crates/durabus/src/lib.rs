@@ -107,6 +107,7 @@ pub mod operation;
 pub mod outbox;
 pub mod pattern;
 pub mod payload;
+mod published;
 pub mod replay;
 pub mod retry;
 pub mod scheduler;

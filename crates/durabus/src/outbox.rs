@@ -14,7 +14,8 @@ use serde::Serialize;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
-use crate::store::sqlite::{Sql, insert_events};
+use crate::published::Published;
+use crate::store::sqlite::{Sql, insert_with_snapshots};
 
 /// The payload limit of an [`Outbox`] unless set: the bus's default, 1 MiB.
 const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -47,6 +48,7 @@ pub struct Outbox {
     sql: Arc<Sql>,
     clock: Arc<dyn Clock>,
     max_payload_bytes: usize,
+    published: Published,
 }
 
 impl std::fmt::Debug for Outbox {
@@ -84,7 +86,15 @@ impl Outbox {
             sql,
             clock: Arc::new(SystemClock),
             max_payload_bytes: DEFAULT_MAX_PAYLOAD,
+            published: Published::default(),
         }
+    }
+
+    /// Does what the bus's publishes do beside storing: its `published` snapshots and its
+    /// count in `events_published_total`.
+    pub(crate) fn observed(mut self, published: Published) -> Self {
+        self.published = published;
+        self
     }
 
     /// Uses this clock for `created_at` and the due time (the bus's clock, so that a bus on a
@@ -145,12 +155,19 @@ impl Outbox {
         let own_transaction = conn.is_autocommit();
         conn.execute_batch("SAVEPOINT durabus_outbox")
             .map_err(|e| self.explain_sqlite(conn, e))?;
-        let result = self.write(conn, &events, now).and_then(|()| {
+        let result = self.write(conn, &events, now).and_then(|stored| {
             conn.execute_batch("RELEASE durabus_outbox")
                 .map_err(|e| self.explain_sqlite(conn, e))
+                .map(|()| stored)
         });
         match result {
-            Ok(()) => Ok(ids),
+            Ok(stored) => {
+                // Counted when written: a transaction the application then rolls back was
+                // counted all the same (the bus cannot see the application's commit).
+                self.published
+                    .count(events.iter().map(|e| e.event_type.as_str()), &stored);
+                Ok(ids)
+            }
             Err(e) => {
                 let undone =
                     conn.execute_batch("ROLLBACK TO durabus_outbox; RELEASE durabus_outbox");
@@ -170,10 +187,24 @@ impl Outbox {
         }
     }
 
-    fn write(&self, conn: &Connection, events: &[NewEvent], now: crate::Timestamp) -> Result<()> {
-        insert_events(conn, &self.sql, events, EventStatus::Pending, now)
-            .map(|_| ())
-            .map_err(|e| self.explain(conn, e))
+    /// Writes `events` and their `published` snapshots; one flag per event, `true` when it was
+    /// stored.
+    fn write(
+        &self,
+        conn: &Connection,
+        events: &[NewEvent],
+        now: crate::Timestamp,
+    ) -> Result<Vec<bool>> {
+        let snapshots = self.published.snapshots(events, now)?;
+        insert_with_snapshots(
+            conn,
+            &self.sql,
+            events,
+            &snapshots,
+            EventStatus::Pending,
+            now,
+        )
+        .map_err(|e| self.explain(conn, e))
     }
 
     fn explain_sqlite(&self, conn: &Connection, e: rusqlite::Error) -> Error {

@@ -184,7 +184,8 @@ impl EventBus {
             Backend::Sqlite(store) => Ok(store
                 .outbox()
                 .with_clock(self.clock())
-                .max_payload_bytes(self.config().max_payload_bytes)),
+                .max_payload_bytes(self.config().max_payload_bytes)
+                .observed(self.dispatcher().published().clone())),
             #[allow(unreachable_patterns)]
             _ => Err(Error::InvalidConfig(
                 "the outbox writes through a SQLite connection; this bus's store is not SQLite"
@@ -201,7 +202,8 @@ impl EventBus {
         match self.store().backend() {
             Backend::Postgres(store) => Ok(store
                 .outbox()
-                .max_payload_bytes(self.config().max_payload_bytes)),
+                .max_payload_bytes(self.config().max_payload_bytes)
+                .observed(self.dispatcher().published().clone())),
             #[allow(unreachable_patterns)]
             _ => Err(Error::InvalidConfig(
                 "this bus's store is not PostgreSQL".into(),

@@ -9,32 +9,13 @@ use crate::payload::NewSnapshot;
 use crate::store::InsertMode;
 
 impl EventBus {
-    /// The `published` snapshots of `events`, when automatic snapshots are on. A snapshot of
-    /// the payload as published is [shared](NewSnapshot::shared) with the event's row where the
-    /// store allows it; a redacted one is compressed here, on the caller's task, not on the
-    /// store's writer.
+    /// The `published` snapshots of `events`, when automatic snapshots are on.
     fn published_snapshots(
         &self,
         events: &[NewEvent],
         now: crate::Timestamp,
     ) -> Result<Vec<NewSnapshot>> {
-        if !self.config().payload_snapshots {
-            return Ok(Vec::new());
-        }
-        let set = self.dispatcher().payload_configs().get();
-        let mut out = Vec::new();
-        for e in events {
-            if let Some(s) = crate::payload::published_snapshot(
-                e.id,
-                &e.event_type,
-                &e.payload,
-                set.resolve(&e.event_type),
-                now,
-            )? {
-                out.push(s);
-            }
-        }
-        Ok(out)
+        self.dispatcher().published().snapshots(events, now)
     }
 
     pub(super) fn prepare<T: Serialize + ?Sized>(
@@ -98,7 +79,7 @@ impl EventBus {
                 .await
                 .map_err(Self::map_closed)?;
             counted(
-                dispatcher.telemetry(),
+                dispatcher.published(),
                 [event.event_type.as_str()],
                 &inserted,
                 started,
@@ -159,7 +140,12 @@ impl EventBus {
                     .await?
             }
         };
-        counted(self.telemetry(), [event_type.as_str()], &inserted, started);
+        counted(
+            self.dispatcher().published(),
+            [event_type.as_str()],
+            &inserted,
+            started,
+        );
         crate::fail_point!("publish.before_reply");
         Ok(id)
     }
@@ -261,7 +247,7 @@ impl EventBus {
             .insert_pending(events, snapshots, now, acks_early())
             .await?;
         counted(
-            self.telemetry(),
+            self.dispatcher().published(),
             types.iter().map(String::as_str),
             &inserted,
             started,
@@ -288,28 +274,13 @@ fn acks_early() -> bool {
 /// Counts the events a publish stored (`inserted`: one flag per event, `false` for an id
 /// already stored) and times the insert.
 fn counted<'a>(
-    telemetry: &crate::telemetry::Telemetry,
+    published: &crate::published::Published,
     types: impl IntoIterator<Item = &'a str>,
     inserted: &[bool],
     started: std::time::Instant,
 ) {
-    telemetry.store_call(crate::telemetry::StoreCall::Insert, started.elapsed());
-    let mut run: Option<(&str, u64)> = None;
-    for (event_type, stored) in types.into_iter().zip(inserted) {
-        if !stored {
-            continue;
-        }
-        match &mut run {
-            Some((t, n)) if *t == event_type => *n += 1,
-            _ => {
-                if let Some((t, n)) = run.take() {
-                    telemetry.published(t, n);
-                }
-                run = Some((event_type, 1));
-            }
-        }
+    if let Some(t) = published.telemetry() {
+        t.store_call(crate::telemetry::StoreCall::Insert, started.elapsed());
     }
-    if let Some((t, n)) = run {
-        telemetry.published(t, n);
-    }
+    published.count(types, inserted);
 }

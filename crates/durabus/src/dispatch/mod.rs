@@ -52,6 +52,8 @@ pub(crate) struct Dispatcher {
     payloads: Arc<ConfigCache>,
     /// Where an enqueue hands its event to the idle worker loop.
     handoff: Arc<Handoff>,
+    /// What every publish path does beside storing: `published` snapshots and counts.
+    published: crate::published::Published,
 }
 
 impl Dispatcher {
@@ -64,6 +66,10 @@ impl Dispatcher {
         let metrics = Arc::new(RetryMetrics::default());
         let kind = crate::telemetry::StoreKind::of(&store.backend());
         let telemetry = Arc::new(Telemetry::new(config.metrics.clone(), kind));
+        let published = crate::published::Published::new(
+            telemetry.clone(),
+            config.payload_snapshots.then(|| payloads.clone()),
+        );
         Dispatcher {
             store,
             clock,
@@ -76,7 +82,13 @@ impl Dispatcher {
             inflight: Arc::new(InFlight::default()),
             payloads,
             handoff: Handoff::new(),
+            published,
         }
+    }
+
+    /// What every publish path does beside storing: `published` snapshots and counts.
+    pub fn published(&self) -> &crate::published::Published {
+        &self.published
     }
 
     /// The `error` snapshot of a failed attempt, if automatic snapshots are on and the type's
@@ -152,11 +164,6 @@ impl Dispatcher {
     /// Where an enqueue hands its event straight to the worker loop while it is idle.
     pub fn handoff(&self) -> &Arc<Handoff> {
         &self.handoff
-    }
-
-    /// The payload configuration the publish path and `error` snapshots read.
-    pub fn payload_configs(&self) -> &Arc<ConfigCache> {
-        &self.payloads
     }
 
     /// The matching subscriptions of `event_type` and their merged retry policy.

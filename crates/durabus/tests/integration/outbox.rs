@@ -302,3 +302,54 @@ async fn bad_store_options_are_refused() {
         assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_publishes_are_counted_and_snapshotted_like_every_other_publish() {
+    let (_dir, path) = temp();
+    let bus = EventBus::builder()
+        .sqlite(&path)
+        .payload_snapshots(true)
+        .build()
+        .await
+        .unwrap();
+    let outbox = bus.outbox().unwrap();
+    let mut conn = app_connection(&path);
+    let tx = conn.transaction().unwrap();
+    let id = outbox
+        .publish(&tx, "order.placed", &serde_json::json!({"order": 7}))
+        .unwrap();
+    let batch = outbox
+        .publish_batch(
+            &tx,
+            vec![
+                NewEvent::new("order.placed", &8).unwrap(),
+                NewEvent::new("order.paid", &9).unwrap(),
+            ],
+        )
+        .unwrap();
+    tx.commit().unwrap();
+    let s = crate::suite::telemetry::scrape(&bus).await;
+    let published =
+        |t| crate::suite::telemetry::num(&s, "durabus_events_published_total", &[("type", t)]);
+    assert_eq!(
+        (published("order.placed"), published("order.paid")),
+        (2.0, 1.0)
+    );
+    for id in [id, batch[1]] {
+        let snap = bus.payloads().get(id, "published").await.unwrap();
+        assert!(snap.payload.is_some(), "{snap:?}");
+    }
+    // An id already stored is neither stored nor counted again.
+    let again = NewEvent::new("order.paid", &9).unwrap().with_id(batch[1]);
+    outbox.publish_event(&conn, again).unwrap();
+    let s = crate::suite::telemetry::scrape(&bus).await;
+    assert_eq!(
+        crate::suite::telemetry::num(
+            &s,
+            "durabus_events_published_total",
+            &[("type", "order.paid")]
+        ),
+        1.0
+    );
+    bus.shutdown().await.unwrap();
+}

@@ -20,7 +20,7 @@ impl EventStore for PgStore {
     async fn insert_with(
         &self,
         events: Vec<NewEvent>,
-        mut snapshots: Vec<NewSnapshot>,
+        snapshots: Vec<NewSnapshot>,
         mode: InsertMode,
         now: Timestamp,
     ) -> Result<Vec<bool>> {
@@ -29,14 +29,7 @@ impl EventStore for PgStore {
             if events.is_empty() {
                 return Ok(Vec::new());
             }
-            // This store keeps each snapshot as a row of its own: a shared one is compressed here,
-            // on the caller's task.
-            for s in snapshots.iter_mut().filter(|s| s.shared) {
-                if let Some(e) = events.iter().find(|e| e.id == s.event_id) {
-                    s.fill(&e.payload)?;
-                }
-            }
-            snapshots.retain(|s| !s.shared);
+            let snapshots = insert::own_rows(&events, snapshots)?;
             let (reply, answer) = tokio::sync::oneshot::channel();
             let request = insert::Request {
                 events,

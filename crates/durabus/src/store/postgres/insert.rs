@@ -51,6 +51,21 @@ pub(super) struct Inserter {
     pub queued: Arc<AtomicUsize>,
 }
 
+/// `snapshots` as this store writes them, each a row of its own: a shared snapshot (the
+/// payload as published) is compressed from its event's payload here, on the caller's task.
+pub(super) fn own_rows(
+    events: &[NewEvent],
+    mut snapshots: Vec<NewSnapshot>,
+) -> Result<Vec<NewSnapshot>> {
+    for s in snapshots.iter_mut().filter(|s| s.shared) {
+        if let Some(e) = events.iter().find(|e| e.id == s.event_id) {
+            s.fill(&e.payload)?;
+        }
+    }
+    snapshots.retain(|s| !s.shared);
+    Ok(snapshots)
+}
+
 /// The parameters of one insert statement.
 pub(super) struct Rows<'a> {
     pub events: Vec<&'a NewEvent>,

@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use sqlx::PgConnection;
 
-use super::insert::{Notice, Rows, insert_rows};
+use super::insert::{Notice, Rows, insert_rows, own_rows};
 
 use super::sql::PgSql;
 use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{EventId, NewEvent};
+use crate::published::Published;
 
 /// Writes events into a PostgreSQL bus's tables inside the application's own transaction: the
 /// events exist, and are delivered, only if that transaction commits. The `NOTIFY` that wakes
@@ -32,6 +33,7 @@ pub struct PgOutbox {
     sql: Arc<PgSql>,
     channel: String,
     max_payload_bytes: usize,
+    published: Published,
 }
 
 impl PgOutbox {
@@ -40,7 +42,15 @@ impl PgOutbox {
             sql,
             channel,
             max_payload_bytes: 1024 * 1024,
+            published: Published::default(),
         }
+    }
+
+    /// Does what the bus's publishes do beside storing: its `published` snapshots and its
+    /// count in `events_published_total`.
+    pub(crate) fn observed(mut self, published: Published) -> Self {
+        self.published = published;
+        self
     }
 
     /// Sets the payload size limit in bytes (1 MiB unless set).
@@ -81,12 +91,13 @@ impl PgOutbox {
         if events.is_empty() {
             return Ok(ids);
         }
+        let snapshots = own_rows(&events, self.published.snapshots(&events, now)?)?;
         let rows = Rows {
             events: events.iter().collect(),
             created: vec![now.as_millis(); events.len()],
-            snapshots: Vec::new(),
+            snapshots: snapshots.iter().collect(),
         };
-        insert_rows(
+        let stored = insert_rows(
             conn,
             &self.sql,
             &rows,
@@ -95,6 +106,11 @@ impl PgOutbox {
         )
         .await
         .inspect_err(super::liveness::note_error)?;
+        // Counted when written: a transaction the application then rolls back was counted all
+        // the same (the bus cannot see the application's commit).
+        let flags: Vec<bool> = events.iter().map(|e| stored.contains(&e.id.0)).collect();
+        self.published
+            .count(events.iter().map(|e| e.event_type.as_str()), &flags);
         Ok(ids)
     }
 }

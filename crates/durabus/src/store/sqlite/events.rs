@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::op::WriteOp;
-use super::row_writes::{insert_events, insert_marking};
+use super::row_writes::{insert_with_snapshots, of_stored};
 use super::rows::{event_from_row, json_list};
 use super::sql::Sql;
 use crate::clock::Timestamp;
@@ -21,16 +21,6 @@ struct Insert {
     mode: InsertMode,
 }
 
-/// The snapshots of the events that were stored.
-fn of_stored<'a>(
-    snapshots: &'a [NewSnapshot],
-    ids: impl Iterator<Item = EventId> + Clone + 'a,
-) -> impl Iterator<Item = &'a NewSnapshot> {
-    snapshots
-        .iter()
-        .filter(move |s| ids.clone().any(|id| id == s.event_id))
-}
-
 impl WriteOp for Insert {
     type Reply = Vec<bool>;
 
@@ -39,36 +29,7 @@ impl WriteOp for Insert {
             InsertMode::Pending => EventStatus::Pending,
             InsertMode::Claimed => EventStatus::Processing,
         };
-        // A shared snapshot is a mark on the event's row, not a row of its own.
-        let stored = if self.snapshots.iter().any(|s| s.shared) {
-            let shared: std::collections::HashSet<EventId> = self
-                .snapshots
-                .iter()
-                .filter(|s| s.shared)
-                .map(|s| s.event_id)
-                .collect();
-            insert_marking(conn, sql, &self.events, status, now, |id| {
-                shared.contains(&id)
-            })?
-        } else {
-            insert_events(conn, sql, &self.events, status, now)?
-        };
-        let mut own = self.snapshots.iter().filter(|s| !s.shared).peekable();
-        if own.peek().is_some() {
-            let ids = self
-                .events
-                .iter()
-                .zip(&stored)
-                .filter(|(_, s)| **s)
-                .map(|(e, _)| e.id);
-            if stored.iter().all(|s| *s) {
-                // The usual case: every event is new, so every snapshot is written.
-                super::payloads::put(conn, sql, own)?;
-            } else {
-                let own: Vec<NewSnapshot> = own.cloned().collect();
-                super::payloads::put(conn, sql, of_stored(&own, ids))?;
-            }
-        }
+        let stored = insert_with_snapshots(conn, sql, &self.events, &self.snapshots, status, now)?;
         crate::fail_point!("insert.before_commit");
         Ok(stored)
     }

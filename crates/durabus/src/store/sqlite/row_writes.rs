@@ -16,6 +16,7 @@ use crate::dlq::{
 };
 use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
+use crate::payload::NewSnapshot;
 use crate::store::recovery::requeue;
 
 /// Inserts `events` with `status` on `conn` (the writer's transaction, or an application's for
@@ -66,6 +67,55 @@ pub(super) fn insert_marking(
         inserted.push(n == 1);
     }
     Ok(inserted)
+}
+
+/// The snapshots of the events that were stored.
+pub(super) fn of_stored<'a>(
+    snapshots: &'a [NewSnapshot],
+    ids: impl Iterator<Item = EventId> + Clone + 'a,
+) -> impl Iterator<Item = &'a NewSnapshot> {
+    snapshots
+        .iter()
+        .filter(move |s| ids.clone().any(|id| id == s.event_id))
+}
+
+/// Inserts `events` with `status` and, for those that were stored, their `snapshots` (a shared
+/// snapshot is a mark on the event's row, not a row of its own): one flag per event, `true`
+/// when it was stored. The hot path's insert and the outbox both write through this.
+pub(crate) fn insert_with_snapshots(
+    conn: &Connection,
+    sql: &Sql,
+    events: &[NewEvent],
+    snapshots: &[NewSnapshot],
+    status: EventStatus,
+    now: Timestamp,
+) -> Result<Vec<bool>> {
+    let stored = if snapshots.iter().any(|s| s.shared) {
+        let shared: std::collections::HashSet<EventId> = snapshots
+            .iter()
+            .filter(|s| s.shared)
+            .map(|s| s.event_id)
+            .collect();
+        insert_marking(conn, sql, events, status, now, |id| shared.contains(&id))?
+    } else {
+        insert_events(conn, sql, events, status, now)?
+    };
+    let mut own = snapshots.iter().filter(|s| !s.shared).peekable();
+    if own.peek().is_some() {
+        let ids = events
+            .iter()
+            .zip(&stored)
+            .filter(|(_, s)| **s)
+            .map(|(e, _)| e.id);
+        if stored.iter().all(|s| *s) {
+            // The usual case: every event is new, so every snapshot is written.
+            super::payloads::put(conn, sql, own)?;
+        } else {
+            let own: Vec<NewSnapshot> = own.cloned().collect();
+            super::payloads::put(conn, sql, of_stored(&own, ids))?;
+        }
+    }
+    Ok(stored)
 }
 
 fn state_of(d: &DeadLetter, rounds: u32) -> State {

@@ -219,3 +219,49 @@ async fn a_pg_outbox_publish_commits_or_rolls_back_with_the_callers_transaction(
     pool.close().await;
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_outbox_publishes_are_counted_and_snapshotted_like_every_other_publish() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let bus = EventBus::builder()
+        .postgres_with(pg_url(), options(&schema))
+        .payload_snapshots(true)
+        .build()
+        .await
+        .unwrap();
+    let outbox = bus.pg_outbox().unwrap();
+    let pool = admin().await;
+    let mut tx = pool.begin().await.unwrap();
+    let id = outbox
+        .publish(
+            &mut tx,
+            "x.order",
+            &serde_json::json!({"order": 1}),
+            durabus::Timestamp::now(),
+        )
+        .await
+        .unwrap();
+    let more = vec![
+        NewEvent::new("x.order", &2).unwrap(),
+        NewEvent::new("x.paid", &3).unwrap(),
+    ];
+    let paid = more[1].id;
+    outbox
+        .publish_batch(&mut tx, more, durabus::Timestamp::now())
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let s = crate::suite::telemetry::scrape(&bus).await;
+    let published =
+        |t| crate::suite::telemetry::num(&s, "durabus_events_published_total", &[("type", t)]);
+    assert_eq!((published("x.order"), published("x.paid")), (2.0, 1.0));
+    for id in [id, paid] {
+        let snap = bus.payloads().get(id, "published").await.unwrap();
+        assert!(snap.payload.is_some(), "{snap:?}");
+    }
+    bus.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}
