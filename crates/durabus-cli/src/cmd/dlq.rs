@@ -268,6 +268,12 @@ async fn act(
             );
         }
         match after {
+            Some(d) if d.status == durabus::DeadLetterStatus::Retrying => {
+                outln!("dead letter {id}: sent back for delivery; it is retrying now");
+                outln!(
+                    "a running worker of the application delivers it (this command runs none); until one picks it up, `durabus dlq resolve` or `durabus dlq abandon` call the retry off"
+                );
+            }
             Some(d) => outln!("dead letter {id}: {verb} done; it is {} now", d.status),
             None => outln!("dead letter {id} purged"),
         }

@@ -74,6 +74,10 @@ pub struct State {
     pub resolution_note: Option<String>,
     /// Rounds recorded so far.
     pub rounds: u32,
+    /// Whether a worker has picked up the event of a `retrying` record (its round is under
+    /// way). Until one has, the retry can be called off: the record can be resolved or
+    /// abandoned and its event goes back to the dead-letter queue. Ignored in other statuses.
+    pub round_started: bool,
 }
 
 impl State {
@@ -91,6 +95,7 @@ impl State {
             resolved_by: None,
             resolution_note: None,
             rounds: 1,
+            round_started: false,
         }
     }
 
@@ -200,6 +205,9 @@ pub enum Change {
         state: State,
         /// Whether the event goes back to `pending` for delivery.
         requeue: bool,
+        /// Whether the event is taken back out of delivery (`pending` → `dlq`): a retry that no
+        /// worker has picked up yet, called off by a resolve or an abandon.
+        withdraw: bool,
     },
     /// The record and its event are deleted.
     Delete,
@@ -207,8 +215,9 @@ pub enum Change {
 
 /// Applies `action` by `actor` at `now` to a record in `state`. Fails with
 /// [`Error::Conflict`](crate::Error::Conflict) when its status does not allow the action:
-/// nothing is resolved or abandoned twice, a record being retried is neither retried again,
-/// resolved, abandoned nor purged until its round ends, and a resolved record is closed.
+/// nothing is resolved or abandoned twice, a record being retried is neither retried again nor
+/// purged until its round ends (and resolved or abandoned only while no worker has picked its
+/// event up: that calls the retry off), and a resolved record is closed.
 pub fn apply(
     event_id: EventId,
     state: &State,
@@ -239,38 +248,50 @@ pub fn apply(
                     next_auto_retry_at: None,
                     last_retry_at: Some(now),
                     last_retry_by: Some(actor.name.clone()),
+                    round_started: false,
                     ..state.clone()
                 },
                 requeue: true,
+                withdraw: false,
             })
         }
         (Action::Retry, Retrying) => conflict("wait for that round to end"),
         (Action::Retry, Resolved) => conflict("a resolved dead letter is closed"),
-        (Action::Resolve { note }, Pending | Abandoned) => Ok(Change::Update {
-            state: State {
-                status: Resolved,
-                next_auto_retry_at: None,
-                resolved_at: Some(now),
-                resolved_by: Some(actor.name.clone()),
-                resolution_note: Some(note.clone()),
-                ..state.clone()
-            },
-            requeue: false,
-        }),
-        (Action::Resolve { .. }, Retrying) => conflict("wait for that round to end"),
+        (Action::Resolve { note }, Pending | Abandoned | Retrying) => {
+            if state.status == Retrying && state.round_started {
+                return conflict("a worker is delivering it now: wait for that round to end");
+            }
+            Ok(Change::Update {
+                state: State {
+                    status: Resolved,
+                    next_auto_retry_at: None,
+                    resolved_at: Some(now),
+                    resolved_by: Some(actor.name.clone()),
+                    resolution_note: Some(note.clone()),
+                    ..state.clone()
+                },
+                requeue: false,
+                withdraw: state.status == Retrying,
+            })
+        }
         (Action::Resolve { .. }, Resolved) => conflict("it was resolved already"),
-        (Action::Abandon { note }, Pending) => Ok(Change::Update {
-            state: State {
-                status: Abandoned,
-                next_auto_retry_at: None,
-                resolved_at: Some(now),
-                resolved_by: Some(actor.name.clone()),
-                resolution_note: note.clone(),
-                ..state.clone()
-            },
-            requeue: false,
-        }),
-        (Action::Abandon { .. }, Retrying) => conflict("wait for that round to end"),
+        (Action::Abandon { note }, Pending | Retrying) => {
+            if state.status == Retrying && state.round_started {
+                return conflict("a worker is delivering it now: wait for that round to end");
+            }
+            Ok(Change::Update {
+                state: State {
+                    status: Abandoned,
+                    next_auto_retry_at: None,
+                    resolved_at: Some(now),
+                    resolved_by: Some(actor.name.clone()),
+                    resolution_note: note.clone(),
+                    ..state.clone()
+                },
+                requeue: false,
+                withdraw: state.status == Retrying,
+            })
+        }
         (Action::Abandon { .. }, Abandoned) => conflict("it was abandoned already"),
         (Action::Abandon { .. }, Resolved) => conflict("a resolved dead letter is closed"),
         (Action::Purge, Retrying) => conflict("wait for that round to end"),

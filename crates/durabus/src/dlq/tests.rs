@@ -18,7 +18,11 @@ fn operator() -> Actor {
 
 fn update(change: Result<Change>) -> (State, bool) {
     match change {
-        Ok(Change::Update { state, requeue }) => (state, requeue),
+        Ok(Change::Update {
+            state,
+            requeue,
+            withdraw: false,
+        }) => (state, requeue),
         other => panic!("expected an update, got {other:?}"),
     }
 }
@@ -184,16 +188,18 @@ fn resolve_and_abandon_rules() {
 }
 
 #[test]
-fn a_record_being_retried_waits_for_its_round() {
+fn a_record_being_retried_waits_for_its_round_once_a_worker_has_its_event() {
     let policy = DeadLetterPolicy::default();
     let id = EventId::new();
-    let (retrying, _) = update(apply(
+    let (mut retrying, _) = update(apply(
         id,
         &State::created(t(0), &policy),
         &Action::Retry,
         &operator(),
         t(1),
     ));
+    assert!(!retrying.round_started);
+    retrying.round_started = true;
     for action in [
         Action::Retry,
         Action::Resolve { note: "x".into() },
@@ -203,6 +209,55 @@ fn a_record_being_retried_waits_for_its_round() {
         let e = apply(id, &retrying, &action, &operator(), t(2)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Conflict, "{action:?}");
         assert!(e.to_string().contains("retrying"), "{e}");
+    }
+}
+
+#[test]
+fn a_retry_no_worker_has_picked_up_can_be_called_off() {
+    let policy = DeadLetterPolicy::default();
+    let id = EventId::new();
+    let (retrying, _) = update(apply(
+        id,
+        &State::created(t(0), &policy),
+        &Action::Retry,
+        &operator(),
+        t(1),
+    ));
+    let withdrawn = |change: Result<Change>| match change {
+        Ok(Change::Update {
+            state,
+            requeue: false,
+            withdraw: true,
+        }) => state,
+        other => panic!("expected the retry called off, got {other:?}"),
+    };
+    let resolved = withdrawn(apply(
+        id,
+        &retrying,
+        &Action::Resolve {
+            note: "fixed by hand".into(),
+        },
+        &operator(),
+        t(2),
+    ));
+    assert_eq!(resolved.status, DeadLetterStatus::Resolved);
+    assert_eq!(resolved.resolution_note.as_deref(), Some("fixed by hand"));
+    let abandoned = withdrawn(apply(
+        id,
+        &retrying,
+        &Action::Abandon { note: None },
+        &operator(),
+        t(2),
+    ));
+    assert_eq!(abandoned.status, DeadLetterStatus::Abandoned);
+    assert_eq!(abandoned.next_auto_retry_at, None);
+    // Neither a second retry nor a purge: those wait for the round.
+    for action in [Action::Retry, Action::Purge] {
+        assert_eq!(
+            kind(apply(id, &retrying, &action, &operator(), t(2))),
+            Some(ErrorKind::Conflict),
+            "{action:?}"
+        );
     }
 }
 

@@ -86,6 +86,7 @@ macro_rules! all_contract_tests {
             dead_letters::the_auto_retry_schedule_runs_1h_6h_24h_then_manual,
             dead_letters::retried_dead_letters_among_fresh_events_resolve_their_records,
             dead_letters::actions_follow_the_rules_and_say_why,
+            dead_letters::a_retry_no_worker_has_picked_up_can_be_resolved_or_abandoned,
             dead_letters::a_failing_system_handler_makes_no_cascade,
             dead_letters::failure_groups_gather_the_same_failure,
             dead_letters::listings_filter_and_page_by_keyset,

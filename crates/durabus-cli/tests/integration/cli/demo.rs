@@ -259,3 +259,29 @@ fn dlq_show_words_each_status_its_own_way() {
     assert!(shown.contains("note           refunded by hand"), "{shown}");
     assert!(!shown.contains("abandoned"), "{shown}");
 }
+
+#[test]
+fn a_retry_from_the_cli_says_what_delivers_it_and_can_be_called_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("retry.db");
+    assert!(durabus(&db, &["demo"]).status.success());
+    let page = json(&durabus(&db, &["dlq", "list", "--json"]));
+    let id = page["items"][0]["event_id"].as_str().unwrap().to_owned();
+    let retried = durabus(&db, &["dlq", "retry", &id]);
+    assert!(retried.status.success(), "{}", stderr(&retried));
+    let text = stdout(&retried);
+    assert!(
+        text.contains("a running worker of the application delivers it"),
+        "{text}"
+    );
+    // No worker runs: the retry waits, and resolving calls it off.
+    let resolved = durabus(&db, &["dlq", "resolve", &id, "--note", "refunded by hand"]);
+    assert!(resolved.status.success(), "{}", stderr(&resolved));
+    let shown = json(&durabus(&db, &["dlq", "show", &id, "--json"]));
+    assert_eq!(shown["status"], "resolved", "{shown}");
+    let event = json(&durabus(&db, &["events", "show", &id, "--json"]));
+    assert_eq!(
+        event["event"]["status"], "dlq",
+        "back in the dead-letter queue: {event}"
+    );
+}

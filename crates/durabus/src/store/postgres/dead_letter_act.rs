@@ -77,6 +77,8 @@ pub(super) async fn act_many(
                     resolved_by: r.try_get("resolved_by")?,
                     resolution_note: r.try_get("resolution_note")?,
                     rounds: u32_col(r, "rounds")?,
+                    round_started: r.try_get::<Option<String>, _>("event_status")?.as_deref()
+                        == Some("processing"),
                 },
                 fingerprint: r.try_get("fingerprint")?,
                 event_type: r.try_get("event_type")?,
@@ -95,6 +97,7 @@ pub(super) async fn act_many(
         }
     }
     let mut updates: Vec<(Locked, State, bool)> = Vec::new();
+    let mut withdrawn: Vec<EventId> = Vec::new();
     let mut deletes: Vec<Locked> = Vec::new();
     for l in locked {
         let head = Head {
@@ -109,10 +112,46 @@ pub(super) async fn act_many(
             continue;
         }
         match apply(l.id, &l.state, action, actor, now) {
-            Ok(Change::Update { state, requeue }) => updates.push((l, state, requeue)),
+            Ok(Change::Update {
+                state,
+                requeue,
+                withdraw,
+            }) => {
+                if withdraw {
+                    withdrawn.push(l.id);
+                }
+                updates.push((l, state, requeue))
+            }
             Ok(Change::Delete) => deletes.push(l),
             Err(e) if e.kind() == ErrorKind::Conflict => many.skipped.push((l.id, e)),
             Err(e) => return Err(e),
+        }
+    }
+    if !withdrawn.is_empty() {
+        // A retry called off: its event leaves delivery only if no worker picked it up.
+        let raw: Vec<Uuid> = withdrawn.iter().map(|i| i.0).collect();
+        let back: Vec<Uuid> = q(&ops.dl_withdraw_many)
+            .bind(&raw)
+            .bind(now.as_millis())
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<Uuid, _>(0))
+            .collect::<std::result::Result<_, _>>()?;
+        let (kept, lost): (Vec<_>, Vec<_>) = updates
+            .into_iter()
+            .partition(|(l, _, _)| !withdrawn.contains(&l.id) || back.contains(&l.id.0));
+        updates = kept;
+        for (l, _, _) in lost {
+            let e = Error::Conflict {
+                what: format!("dead letter {}", l.id),
+                status: l.state.status.as_str().to_owned(),
+                message: format!(
+                    "dead letter {} is {} and a worker picked its event up meanwhile: wait for that round to end",
+                    l.id, l.state.status
+                ),
+            };
+            many.skipped.push((l.id, e));
         }
     }
     let send: Vec<Uuid> = updates

@@ -94,6 +94,7 @@ pub(super) fn state_of(d: &DeadLetter, rounds: u32) -> State {
         resolved_by: d.resolved_by.clone(),
         resolution_note: d.resolution_note.clone(),
         rounds,
+        round_started: false,
     }
 }
 

@@ -28,6 +28,7 @@ pub struct PgOpsSql {
     pub dl_lock_states: String,
     pub dl_set_states: String,
     pub dl_requeue_many: String,
+    pub dl_withdraw_many: String,
     pub dl_delete_many: String,
     pub group_adjust_many: String,
     pub group_prune_many: String,
@@ -83,8 +84,9 @@ impl PgOpsSql {
             dl_lock_states: format!(
                 "SELECT event_id, seq, status, auto_retry_count, manual_retry_count, next_auto_retry_at,
                      created_at, last_retry_at, last_retry_by, resolved_at, resolved_by, resolution_note,
-                     rounds, fingerprint, event_type, subscription
-                 FROM {s}.dead_letters WHERE event_id = ANY($1) ORDER BY seq FOR UPDATE"
+                     rounds, fingerprint, event_type, subscription,
+                     (SELECT e.status FROM {s}.events e WHERE e.id = d.event_id) AS event_status
+                 FROM {s}.dead_letters d WHERE event_id = ANY($1) ORDER BY seq FOR UPDATE OF d"
             ),
             // New lifecycles of many records, one statement.
             dl_set_states: format!(
@@ -101,6 +103,12 @@ impl PgOpsSql {
             ),
             // Many dead events sent back (`$2` now, `$3` retry count, `$4` clear errors): the
             // ids that were still dead.
+            // A retry called off: its events back to the dead-letter queue, those still pending.
+            dl_withdraw_many: format!(
+                "UPDATE {s}.events SET status = 'dlq', dlq_at = $2, updated_at = $2,
+                     next_attempt_at = NULL
+                 WHERE id = ANY($1) AND status = 'pending' RETURNING id"
+            ),
             dl_requeue_many: format!(
                 "UPDATE {s}.events SET status = 'pending', retry_count = $3,
                      last_error = CASE WHEN $4 THEN NULL ELSE last_error END, dlq_at = NULL,

@@ -131,6 +131,7 @@ fn state_of(d: &DeadLetter, rounds: u32) -> State {
         resolved_by: d.resolved_by.clone(),
         resolution_note: d.resolution_note.clone(),
         rounds,
+        round_started: false,
     }
 }
 
@@ -311,6 +312,8 @@ fn load_state(conn: &Connection, sql: &Sql, id: EventId) -> Result<Option<Locked
                     resolved_by: r.get(8)?,
                     resolution_note: r.get(9)?,
                     rounds: r.get(10)?,
+                    round_started: r.get::<_, Option<String>>(14)?.as_deref()
+                        == Some(EventStatus::Processing.as_str()),
                 },
                 fingerprint: r.get(11)?,
                 event_type: r.get(12)?,
@@ -352,7 +355,16 @@ pub(super) fn apply_action(
         Change::Update {
             state,
             requeue: send,
+            withdraw,
         } => {
+            if withdraw {
+                let n = conn
+                    .prepare_cached(&ops.dl_withdraw)?
+                    .execute(params![id.to_string(), now.as_millis()])?;
+                if n != 1 {
+                    return Err(picked_up(id, before.status));
+                }
+            }
             if send {
                 let reset = requeue();
                 let n = conn.prepare_cached(&ops.dl_requeue)?.execute(params![
@@ -401,4 +413,15 @@ pub(super) fn delete_dead_event(conn: &Connection, sql: &Sql, id: EventId) -> Re
         .prepare_cached(&sql.dl_delete_event)?
         .execute([id.to_string()])?
         == 1)
+}
+
+/// The refusal of a retry called off too late: a worker picked the event up meanwhile.
+pub(super) fn picked_up(id: EventId, status: crate::dlq::DeadLetterStatus) -> Error {
+    Error::Conflict {
+        what: format!("dead letter {id}"),
+        status: status.as_str().to_owned(),
+        message: format!(
+            "dead letter {id} is {status} and a worker picked its event up meanwhile: wait for that round to end"
+        ),
+    }
 }

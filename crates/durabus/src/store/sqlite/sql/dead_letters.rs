@@ -18,7 +18,7 @@ pub(super) const DL_GET: &str = "SELECT {dl} FROM {p}dead_letters WHERE event_id
 /// A record's lifecycle and group only (what an action needs).
 pub(super) const DL_STATE: &str = "SELECT status, auto_retry_count, manual_retry_count, next_auto_retry_at, created_at,
              last_retry_at, last_retry_by, resolved_at, resolved_by, resolution_note, rounds, fingerprint,
-             event_type, subscription
+             event_type, subscription, (SELECT status FROM {p}events WHERE id = ?1)
          FROM {p}dead_letters WHERE event_id = ?1";
 
 /// A new record: the payload is copied from the event row (`?1`).
@@ -48,6 +48,12 @@ pub(super) const DL_DELETE: &str = "DELETE FROM {p}dead_letters WHERE event_id =
 
 /// Deletes a record's event if it is still dead.
 pub(super) const DL_DELETE_EVENT: &str = "DELETE FROM {p}events WHERE id = ?1 AND status = 'dlq'";
+
+/// Takes a retried event back out of delivery (`?2` now) while no worker has picked it up.
+pub(super) const DL_WITHDRAW: &str =
+    "UPDATE {p}events SET status = 'dlq', dlq_at = ?2, updated_at = ?2,
+             next_attempt_at = NULL
+         WHERE id = ?1 AND status = 'pending'";
 
 /// Sends a dead event back for delivery (`?2` now) with `store::recovery::requeue`'s retry
 /// count (`?3`) and, if `?4`, its errors cleared.

@@ -113,6 +113,7 @@ statements! {
     dl_delete = dead_letters::DL_DELETE;
     dl_delete_event = dead_letters::DL_DELETE_EVENT;
     dl_requeue = dead_letters::DL_REQUEUE;
+    dl_withdraw = dead_letters::DL_WITHDRAW;
     dl_auto_due = dead_letters::DL_AUTO_DUE;
     dl_closed_before = dead_letters::DL_CLOSED_BEFORE;
     dl_dead_before = dead_letters::DL_DEAD_BEFORE;

@@ -306,3 +306,67 @@ pub async fn a_failing_system_handler_makes_no_cascade(h: &Harness) {
     assert_eq!(announcements(&bus).await.len(), 1, "no cascade");
     bus.shutdown().await.unwrap();
 }
+
+pub async fn a_retry_no_worker_has_picked_up_can_be_resolved_or_abandoned(h: &Harness) {
+    let healthy = Arc::new(AtomicBool::new(false));
+    let bus = paying_bus(h, healthy.clone()).await;
+    let dl = bus.dead_letters();
+    let (a, b, c) = (
+        bus.publish("pay.charge", &1u64).await.unwrap(),
+        bus.publish("pay.charge", &2u64).await.unwrap(),
+        bus.publish("pay.charge", &3u64).await.unwrap(),
+    );
+    // No bus is running workers: each retry waits, its event pending.
+    for id in [a, b, c] {
+        let r = dl.retry(id, &ann()).await.unwrap().unwrap();
+        assert_eq!(r.status, DeadLetterStatus::Retrying);
+        assert_eq!(get(&bus, id).await.status, EventStatus::Pending);
+    }
+    // Called off: the record closes and its event goes back to the dead-letter queue.
+    let resolved = dl
+        .resolve(a, "fixed by hand", &ann())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resolved.status, DeadLetterStatus::Resolved);
+    let abandoned = dl
+        .abandon(b, Some("not worth it"), &ann())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(abandoned.status, DeadLetterStatus::Abandoned);
+    for id in [a, b] {
+        assert_eq!(get(&bus, id).await.status, EventStatus::Dlq);
+    }
+    // Once a worker holds the event, the round must end first.
+    // (The claim takes the pending announcements of the three dead letters too.)
+    let claimed: Vec<EventId> = bus
+        .store()
+        .claim_due(h.clock.now(), 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert!(claimed.contains(&c) && !claimed.contains(&a), "{claimed:?}");
+    let busy = dl.resolve(c, "too late", &ann()).await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Conflict);
+    assert!(busy.to_string().contains("wait for that round"), "{busy}");
+    bus.store().release(claimed, h.clock.now()).await.unwrap();
+    // A started bus delivers only the retry that was not called off.
+    healthy.store(true, Ordering::SeqCst);
+    bus.start().await.unwrap();
+    let d = wait_record(&bus, c, "the remaining retry delivered", |d| {
+        d.status == DeadLetterStatus::Resolved
+    })
+    .await;
+    assert_eq!(d.resolved_by.as_deref(), Some("ann"));
+    for id in [a, b] {
+        assert_eq!(
+            get(&bus, id).await.status,
+            EventStatus::Dlq,
+            "never delivered"
+        );
+    }
+    bus.shutdown().await.unwrap();
+}
