@@ -54,14 +54,24 @@ where
     }
 }
 
-/// Parses a body: `400` when it is not JSON, `422` when it is JSON of the wrong shape.
+/// Parses a body: `400` when it is not JSON, `422` when it is JSON of the wrong shape, with
+/// the field that does not fit and why in `details` (`{"field": "filter.created_from",
+/// "problem": …}`).
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| {
-        if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() {
-            ApiError::validation(format!("the body does not fit: {e}"))
-        } else {
-            ApiError::malformed(format!("the body is not valid JSON: {e}"))
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
+            return ApiError::malformed(format!("the body is not valid JSON: {}", e.inner()));
         }
+        let field = e.path().to_string();
+        let problem = e.inner().to_string();
+        let message = if field == "." {
+            format!("the body does not fit: {problem}")
+        } else {
+            format!("the body does not fit: {field}: {problem}")
+        };
+        ApiError::validation(message)
+            .with_details(serde_json::json!({ "field": field, "problem": problem }))
     })
 }
 

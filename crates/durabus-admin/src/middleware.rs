@@ -1,5 +1,7 @@
 //! What wraps every request: a request id (kept from the client's `x-request-id` or made, and
-//! sent back), a time limit, and one log line (method, path, status, latency, request id) with
+//! sent back), a time limit, a handler that panics answered with a logged 500 in the API's
+//! error shape (never a dropped connection), headers that keep answers out of caches and
+//! browsers' type sniffing, and one log line (method, path, status, latency, request id) with
 //! the internal cause of a 5xx. The `Authorization` header is never logged.
 
 use std::time::{Duration, Instant};
@@ -7,17 +9,40 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
+use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
 
 use crate::error::{ApiError, InternalCause};
 
 /// Wraps `app` with the request log, the time limit and request ids.
 pub(crate) fn outer(app: Router, timeout: Duration) -> Router {
-    app.layer(axum::middleware::from_fn_with_state(timeout, log_request))
+    app.layer(CatchPanicLayer::custom(panicked))
+        .layer(SetResponseHeaderLayer::if_not_present(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
+        ))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(axum::middleware::from_fn_with_state(timeout, log_request))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+}
+
+/// The answer to a handler that panicked: 500 in the API's error shape, the panic's message
+/// logged (with the request's id) and never sent.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned());
+    ApiError::internal(format!("a handler panicked: {message}")).into_response()
 }
 
 async fn log_request(State(timeout): State<Duration>, request: Request, next: Next) -> Response {
@@ -63,6 +88,39 @@ mod tests {
     use axum::body::Body;
     use axum::routing::get;
     use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn a_handler_that_panics_answers_500_in_the_error_shape() {
+        async fn boom() -> &'static str {
+            panic!("all times should be after the epoch")
+        }
+        let app = outer(
+            Router::new().route("/boom", get(boom)),
+            Duration::from_secs(5),
+        );
+        let response = app
+            .oneshot(
+                axum::http::Request::builder()
+                    .uri("/boom")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(response.headers()["x-content-type-options"], "nosniff");
+        assert_eq!(response.headers()["cache-control"], "no-store");
+        assert!(response.headers().contains_key("x-request-id"));
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "internal");
+        assert!(
+            !json.to_string().contains("epoch"),
+            "the cause is logged, never sent: {json}"
+        );
+    }
 
     #[tokio::test]
     async fn a_request_over_its_time_limit_answers_503_timeout_with_a_request_id() {

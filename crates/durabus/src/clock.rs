@@ -48,17 +48,7 @@ impl serde::de::Visitor<'_> for TimestampVisitor {
     type Value = Timestamp;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an RFC 3339 time or milliseconds since the Unix epoch")
-    }
-
-    fn visit_i64<E: serde::de::Error>(self, ms: i64) -> Result<Timestamp, E> {
-        Ok(Timestamp(ms))
-    }
-
-    fn visit_u64<E: serde::de::Error>(self, ms: u64) -> Result<Timestamp, E> {
-        i64::try_from(ms)
-            .map(Timestamp)
-            .map_err(|_| E::custom(format!("{ms} ms is out of range")))
+        f.write_str("an RFC 3339 time in UTC from 1970 to 9999, such as 2026-01-01T00:00:00Z")
     }
 
     fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Timestamp, E> {
@@ -68,20 +58,35 @@ impl serde::de::Visitor<'_> for TimestampVisitor {
 
 impl std::str::FromStr for Timestamp {
     type Err = String;
-    /// Parses RFC 3339 (`2026-01-01T00:00:00Z`, fractions allowed).
+    /// Parses RFC 3339 (`2026-01-01T00:00:00Z`, fractions allowed), from 1970 to 9999: what
+    /// [`Display`](std::fmt::Display) writes.
     fn from_str(s: &str) -> Result<Self, String> {
-        humantime::parse_rfc3339_weak(s.trim_end_matches('Z').trim_end_matches('z'))
+        let t = humantime::parse_rfc3339_weak(s.trim_end_matches('Z').trim_end_matches('z'))
             .or_else(|_| humantime::parse_rfc3339(s))
             .map(Timestamp::from_system_time)
             .map_err(|e| {
                 format!(
                     "invalid timestamp {s:?}: {e}; expected RFC 3339 in UTC such as 2026-01-01T00:00:00Z"
                 )
-            })
+            })?;
+        if !t.is_writable() {
+            return Err(format!(
+                "invalid timestamp {s:?}: before 1970; expected a time from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
+            ));
+        }
+        Ok(t)
     }
 }
 
 impl Timestamp {
+    /// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z).
+    pub const MAX_RFC3339: Timestamp = Timestamp(253_402_300_799_999);
+
+    /// Whether the time can be written in RFC 3339: from the Unix epoch to the end of 9999.
+    pub fn is_writable(self) -> bool {
+        (0..=Self::MAX_RFC3339.0).contains(&self.0)
+    }
+
     /// The current time of the system clock.
     pub fn now() -> Timestamp {
         SystemClock.now()
@@ -134,9 +139,14 @@ impl Timestamp {
 }
 
 impl std::fmt::Display for Timestamp {
-    /// RFC 3339 with milliseconds, UTC.
+    /// RFC 3339 with milliseconds, UTC; a time RFC 3339 cannot write (before 1970, after 9999)
+    /// as its milliseconds since the Unix epoch, never a panic.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.pad(&humantime::format_rfc3339_millis(self.to_system_time()).to_string())
+        if self.is_writable() {
+            f.pad(&humantime::format_rfc3339_millis(self.to_system_time()).to_string())
+        } else {
+            f.pad(&format!("{} ms since 1970-01-01T00:00:00Z", self.0))
+        }
     }
 }
 
@@ -270,15 +280,42 @@ mod tests {
     }
 
     #[test]
-    fn timestamp_serde_round_trips_as_rfc3339_and_accepts_millis() {
+    fn timestamp_serde_round_trips_as_rfc3339_and_refuses_anything_else() {
         let t = Timestamp(1_767_225_600_123);
         let json = serde_json::to_string(&t).unwrap_or_default();
         assert_eq!(json, "\"2026-01-01T00:00:00.123Z\"");
         assert_eq!(serde_json::from_str::<Timestamp>(&json).ok(), Some(t));
+        // The API documents RFC 3339 strings: numbers and times before 1970 are refused.
+        for bad in [
+            "1767225600123",
+            "-1000",
+            "\"yesterday\"",
+            "\"1969-12-31T23:59:59Z\"",
+        ] {
+            assert!(serde_json::from_str::<Timestamp>(bad).is_err(), "{bad}");
+        }
         assert_eq!(
-            serde_json::from_str::<Timestamp>("1767225600123").ok(),
-            Some(t)
+            "1970-01-01T00:00:00Z".parse::<Timestamp>().ok(),
+            Some(Timestamp(0))
         );
-        assert!(serde_json::from_str::<Timestamp>("\"yesterday\"").is_err());
+    }
+
+    #[test]
+    fn a_time_rfc3339_cannot_write_is_shown_never_panicked_on() {
+        assert_eq!(
+            Timestamp(-1000).to_string(),
+            "-1000 ms since 1970-01-01T00:00:00Z"
+        );
+        assert!(!Timestamp(-1).is_writable());
+        assert!(Timestamp::MAX_RFC3339.is_writable());
+        assert_eq!(
+            Timestamp::MAX_RFC3339.to_string(),
+            "9999-12-31T23:59:59.999Z"
+        );
+        assert!(
+            Timestamp(i64::MAX)
+                .to_string()
+                .ends_with("ms since 1970-01-01T00:00:00Z")
+        );
     }
 }

@@ -215,6 +215,28 @@ async fn malformed_values_get_a_4xx_with_the_error_shape(api: &Api) {
             "/api/v2/dead-letters/bulk/preview",
             r#"{"filter":{"status":["pending","'; DROP TABLE x; --"]}}"#.to_owned(),
         ),
+        // Times must be RFC 3339 strings from 1970 on: numbers (before 1970 they made the time
+        // formatting panic and the connection drop) and earlier dates are refused.
+        (
+            "/api/v2/replay",
+            r#"{"from":-1000,"to":-1,"mode":"run","rate_limit":1}"#.to_owned(),
+        ),
+        (
+            "/api/v2/replay",
+            r#"{"from":1767225600000,"mode":"run","rate_limit":1}"#.to_owned(),
+        ),
+        (
+            "/api/v2/replay",
+            r#"{"from":"1969-12-31T00:00:00Z","mode":"preview"}"#.to_owned(),
+        ),
+        (
+            "/api/v2/dead-letters/bulk/preview",
+            r#"{"filter":{"from":-1000}}"#.to_owned(),
+        ),
+        (
+            "/api/v2/dead-letters/bulk",
+            r#"{"filter":{"from":-1000},"action":"retry"}"#.to_owned(),
+        ),
     ] {
         let req = axum::http::Request::builder()
             .method(Method::POST)
@@ -224,10 +246,36 @@ async fn malformed_values_get_a_4xx_with_the_error_shape(api: &Api) {
             .body(axum::body::Body::from(body.clone()))
             .unwrap();
         let got = api.raw(req).await;
-        let what = format!("{uri} with {:.40}…", body);
+        let what = format!("{uri} with {:.60}…", body);
         not_a_server_error(&what, &got);
         assert!(got.0.is_client_error(), "{what}: {} {}", got.0, got.1);
+        assert!(
+            got.1["error"]["code"].is_string(),
+            "{what}: the error shape: {}",
+            got.1
+        );
     }
+    // A time that is not one names its field.
+    let got = api
+        .post(
+            "/api/v2/dead-letters/bulk/preview",
+            serde_json::json!({"filter": {"from": -1000}}),
+        )
+        .await;
+    assert_error(&got, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed");
+    assert_eq!(
+        got.1["error"]["details"]["field"], "filter.from",
+        "{}",
+        got.1
+    );
+    assert!(
+        got.1["error"]["details"]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("RFC 3339"),
+        "{}",
+        got.1
+    );
     // Still serving.
     let (s, all) = api.get("/api/v2/dead-letters").await;
     assert_eq!(s, StatusCode::OK, "{all}");

@@ -67,6 +67,16 @@ pub async fn a_bulk_action_previews_freezes_its_selection_and_finishes(h: &Harne
         dl.submit(&everything, &ann()).await.unwrap_err().kind(),
         ErrorKind::InvalidInput
     );
+    // A worker picks up the five retried events: their rounds are under way.
+    let held: Vec<durabus::EventId> = bus
+        .store()
+        .claim_due(h.clock.now(), 100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert!(before.iter().all(|id| held.contains(id)), "{held:?}");
     let all = dl
         .submit(
             &BulkRequest {
@@ -81,8 +91,9 @@ pub async fn a_bulk_action_previews_freezes_its_selection_and_finishes(h: &Harne
         .run(&all.id, &options("runner-a", 10), |_| {})
         .await
         .unwrap();
-    // The five being retried are skipped (their status does not allow it), the sixth abandoned.
+    // The five being retried are skipped (their rounds are under way), the sixth abandoned.
     assert_eq!((all.processed, all.skipped), (1, 5));
+    bus.store().release(held, h.clock.now()).await.unwrap();
     assert_eq!(
         dl.get(after).await.unwrap().status,
         DeadLetterStatus::Abandoned
