@@ -205,7 +205,9 @@ impl PgStore {
                     reason: "it holds no durabus tables (is the schema right? see --schema)".into(),
                 });
             }
-            schema::check_version(&pool, &quoted).await?;
+            // An inspection tool on an older schema brings it up to date, as on SQLite (it
+            // never creates a schema that holds no durabus tables).
+            schema::migrate(&pool, &schema, &quoted).await?;
         }
         let wake = Arc::new(Notify::new());
         let channel = format!("durabus_{schema}");

@@ -27,9 +27,10 @@ pub struct PgOptions {
     /// Listen for other processes' publishes with `LISTEN/NOTIFY`. Defaults to `true`; without
     /// it, workers find new events by polling.
     pub listen: bool,
-    /// Create (and migrate) the schema if it does not exist. Defaults to `true`; with `false`,
-    /// connecting to a database without durabus's tables in the schema fails with
-    /// [`Error::NotADatabase`] (inspection tools never create anything).
+    /// Create the schema if it does not exist. Defaults to `true`; with `false`, connecting to
+    /// a database without durabus's tables in the schema fails with [`Error::NotADatabase`]
+    /// (inspection tools never create anything). Either way, a schema an earlier version made
+    /// is migrated to this version, as on SQLite.
     pub create: bool,
 }
 

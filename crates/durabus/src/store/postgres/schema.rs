@@ -28,12 +28,6 @@ where
     migrations::parse_version(text.as_deref())
 }
 
-/// Fails with [`Error::SchemaTooNew`](crate::Error::SchemaTooNew) if a newer build migrated the
-/// schema.
-pub async fn check_version(pool: &PgPool, quoted: &str) -> Result<()> {
-    let found = stored_version(pool, quoted).await?;
-    migrations::pending(migrations::POSTGRES, found).map(|_| ())
-}
 
 /// Creates the schema if needed and brings it up to [`SCHEMA_VERSION`].
 pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {

@@ -115,6 +115,60 @@ async fn a_postgres_url_selects_postgres_and_anything_else_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_opened_for_inspection_upgrades_an_older_schema() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let quoted = format!("\"{schema}\"");
+    let pool = admin().await;
+    // A schema as the first version left it, with one dead event.
+    let v1 = include_str!("../../../migrations/postgres/0001_events.sql").replace("{s}", &quoted);
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "CREATE SCHEMA {quoted};
+         CREATE TABLE {quoted}.meta (key text PRIMARY KEY, value text NOT NULL);
+         INSERT INTO {quoted}.meta (key, value) VALUES ('schema_version', '1');
+         {v1}
+         INSERT INTO {quoted}.events (id, type, payload, status, retry_count, last_error,
+             created_at, updated_at, dlq_at)
+         VALUES ('0190a5b2-7c1e-7d3a-9f1e-2b3c4d5e6f70', 'order.paid', '{{}}', 'dlq', 3,
+             '[\"attempt 3 [pay]: refused\"]', 1000, 2000, 2000);"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    // What `durabus dlq groups` opens: no schema created, but this one brought up to date.
+    let store = PgStore::connect(
+        &pg_url(),
+        PgOptions {
+            create: false,
+            listen: false,
+            ..options(&schema)
+        },
+    )
+    .await
+    .unwrap();
+    let groups = durabus::DeadLetterStore::dlq_groups(&store, 10)
+        .await
+        .unwrap();
+    assert_eq!(groups.len(), 1, "{groups:?}");
+    assert_eq!(groups[0].count, 1);
+    store.close().await.unwrap();
+    let version: String = sqlx::query(AssertSqlSafe(format!(
+        "SELECT value FROM {quoted}.meta WHERE key = 'schema_version'"
+    )))
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(
+        version,
+        durabus::store::postgres::SCHEMA_VERSION.to_string()
+    );
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_garbled_schema_version_is_refused_not_read_as_zero() {
     if !pg_available().await {
         return;
