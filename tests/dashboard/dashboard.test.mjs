@@ -80,10 +80,17 @@ test('the overview shows the seeded counts, the chart and the breakers', async (
   const stats = await get('/api/v2/stats');
   const overview = await get('/api/v2/overview');
   const card = async (id) => (await t.page.textContent(`[data-card=${id}] .value`)).trim();
-  assert.equal(await card('done'), String(stats.by_status.done));
-  assert.equal(await card('dlq'), String(stats.by_status.dlq));
-  assert.equal(await card('pending'), String(stats.by_status.pending));
+  assert.equal(await card('pending'), String(overview.pending));
+  assert.equal(await card('processing'), String(overview.processing));
   assert.equal(await card('dl-pending'), String(overview.dead_letters_pending));
+  assert.equal(await card('dl-retrying'), String(overview.dead_letters_retrying));
+  assert.equal(await t.page.$('[data-card=done]'), null, 'no card counts the whole table');
+  const asked = [];
+  t.page.on('request', (r) => asked.push(new URL(r.url()).pathname));
+  await t.page.reload();
+  await t.page.waitForSelector('[data-card=pending] .value');
+  assert.ok(asked.includes('/api/v2/overview'), asked.join(' '));
+  assert.ok(!asked.includes('/api/v2/stats'), 'the overview never asks for the full-table counts');
   assert.ok(stats.by_status.done >= 40 && stats.by_status.dlq >= 11, JSON.stringify(stats.by_status));
   assert.ok((await t.page.$$('.chart svg rect')).length >= 1, 'the chart has bars');
   assert.match(await t.page.textContent('.legend'), /delivered \d+/);
@@ -239,6 +246,87 @@ test('events, their payload snapshots and a replay preview', async () => {
   await t.page.waitForSelector('.replay-count');
   assert.match(await t.page.textContent('.replay-count'), /Preview: 40 events/);
   await shot(t.page, 'replay');
+  await t.close();
+});
+
+/** A pending pay.card dead letter other than the HTML-looking one. */
+async function pendingCard() {
+  const page = await get('/api/v2/dead-letters?status=pending&event_type=pay.card&limit=100');
+  const xss = await xssLetter();
+  const d = page.items.find((x) => x.event_id !== xss.event_id);
+  if (!d) throw new Error('no pending pay.card dead letter is left');
+  return d;
+}
+
+test('the bulk confirmation runs only what was previewed: changing the action discards it', async () => {
+  const before = await get('/api/v2/dead-letters?status=pending&event_type=pay.card&limit=100');
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters?status=pending&event_type=pay.card`);
+  await t.page.waitForSelector('button.bulk-preview');
+  await t.page.selectOption('select[name=bulk-action]', 'retry');
+  await t.page.click('button.bulk-preview');
+  await t.page.waitForSelector('.preview-count');
+  assert.equal(await t.page.getAttribute('.bulk-result button.primary', 'data-action'), 'retry');
+  // The action list is switched after the preview: the preview (and its button) is gone.
+  await t.page.selectOption('select[name=bulk-action]', 'abandon');
+  await t.page.waitForSelector('.preview-count', { state: 'detached' });
+  assert.equal((await t.page.$$('.bulk-result button.primary')).length, 0);
+  const after = await get('/api/v2/dead-letters?status=pending&event_type=pay.card&limit=100');
+  assert.equal(after.items.length, before.items.length, 'nothing was run');
+  await t.close();
+});
+
+test('a dead letter offers exactly the actions its status allows, and a success stays shown', async () => {
+  const d = await pendingCard();
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters/${d.event_id}`);
+  await t.page.waitForSelector('button:text-is("Abandon")');
+  await t.page.fill('textarea[name=note]', 'the customer cancelled');
+  await t.page.click('button:text-is("Abandon")');
+  await t.page.waitForSelector('#banner.info:not([hidden])');
+  assert.match(await t.page.textContent('#banner'), /abandoned/);
+  // The page is drawn again; the notice stays, and an abandoned record offers retry and
+  // resolve, not abandon.
+  await t.page.waitForSelector('h1 .status.abandoned');
+  await t.page.waitForTimeout(1000);
+  assert.equal(await t.page.isVisible('#banner.info'), true, 'the notice vanished');
+  const buttons = await t.page.$$eval('.panel .actions button', (bs) => bs.map((b) => b.textContent));
+  assert.deepEqual(buttons, ['Retry', 'Resolve']);
+  assert.deepEqual((await get(`/api/v2/dead-letters/${d.event_id}`)).actions, ['retry', 'resolve', 'purge']);
+  assert.match(await t.page.textContent('dl.fields'), /Abandoned/);
+  await t.close();
+});
+
+test('a replay without a start time needs an explicit choice and a confirmation with its count', async () => {
+  const t = await open(DASH_ADMIN);
+  const replaysBefore = (await get('/api/v2/replay')).length;
+  await t.page.goto(`${DASH_URL}/#/replay`);
+  await t.page.waitForSelector('button.replay-run');
+  await t.page.click('button.replay-run');
+  await t.page.waitForSelector('#banner:not([hidden])');
+  assert.match(await t.page.textContent('#banner'), /start time/);
+  await t.page.check('input.replay-all');
+  await t.page.click('button.replay-run');
+  await t.page.waitForSelector('.replay-confirmation');
+  assert.match(await t.page.textContent('.replay-confirmation'), /Replay [\d,]+ events \(every stored event\)/);
+  await t.page.click('.replay-confirmation button:text-is("Cancel")');
+  await t.page.waitForSelector('.replay-confirmation', { state: 'detached' });
+  assert.equal((await get('/api/v2/replay')).length, replaysBefore, 'no replay was started');
+  await t.close();
+});
+
+test('times show their zone and can be shown in UTC; the metrics page shows the exposition', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/dead-letters`);
+  await t.page.waitForSelector('tr[data-id] a');
+  await t.page.click('#tz');
+  await t.page.waitForFunction(() => document.querySelector('#tz').textContent === 'Times: UTC');
+  await t.page.waitForSelector('tr[data-id] a');
+  assert.match(await t.page.textContent('tr[data-id] a >> nth=0'), /UTC/);
+  await t.page.goto(`${DASH_URL}/#/metrics`);
+  await t.page.waitForSelector('pre.metrics');
+  assert.match(await t.page.textContent('pre.metrics'), /durabus_/);
+  assert.deepEqual(t.problems, []);
   await t.close();
 });
 

@@ -54,10 +54,23 @@ function badge(status) {
   return el('span', { class: `status ${status}`, text: status });
 }
 
+const UTC_KEY = 'durabus.utc';
+
+/** A time as the reader chose: the browser's zone (named), or UTC as the CLI prints it. */
 function when(ts) {
   if (!ts) return '—';
   const d = new Date(ts);
-  return Number.isNaN(d.getTime()) ? String(ts) : d.toLocaleString();
+  if (Number.isNaN(d.getTime())) return String(ts);
+  const utc = localStorage.getItem(UTC_KEY) === '1';
+  return d.toLocaleString(undefined, {
+    year: 'numeric', month: '2-digit', day: '2-digit', hour: '2-digit', minute: '2-digit',
+    second: '2-digit', hour12: false, timeZone: utc ? 'UTC' : undefined, timeZoneName: 'short',
+  });
+}
+
+/** A count with the reader's thousands separators. */
+function num(n) {
+  return typeof n === 'number' ? n.toLocaleString() : String(n);
 }
 
 function age(seconds) {
@@ -72,12 +85,21 @@ function pretty(value) {
   try { return JSON.stringify(value, null, 2); } catch (_) { return String(value); }
 }
 
+/** Shows `message` (an error, or with kind `info` a notice), or hides the banner. A notice
+ * stays for a few seconds through the redraws that follow the action it reports. */
 function banner(message, kind) {
   const b = $('#banner');
-  if (!message) { b.hidden = true; return; }
+  if (!message) { b.hidden = true; state.noticeUntil = 0; return; }
   b.textContent = message;
   b.className = kind || '';
   b.hidden = false;
+  state.noticeUntil = kind === 'info' ? Date.now() + 6000 : 0;
+}
+
+/** Hides an error; a fresh notice stays. */
+function clearError() {
+  if (Date.now() < (state.noticeUntil || 0)) return;
+  banner('');
 }
 
 function table(headers, rows, empty) {
@@ -122,11 +144,15 @@ async function attempt(fn) {
   try {
     const out = await fn();
     if (generation !== state.generation) return undefined;
-    banner('');
+    clearError();
     return out;
   } catch (e) {
     if (generation !== state.generation) return undefined;
-    if (e.status !== 401) banner(e.message || String(e));
+    if (e instanceof TypeError) {
+      banner(`The server is unreachable (${e.message}); the page retries every ${REFRESH_MS / 1000} s.`);
+    } else if (e.status !== 401) {
+      banner(e.message || String(e));
+    }
     return undefined;
   }
 }
@@ -141,6 +167,7 @@ function signOut(message) {
   stopRefresh();
   $('#nav').hidden = true;
   $('#logout').hidden = true;
+  $('#tz').hidden = true;
   $('#who').textContent = '';
   fill(view());
   $('#login').hidden = false;
@@ -166,6 +193,7 @@ async function signIn(token) {
   $('#login-error').hidden = true;
   $('#nav').hidden = false;
   $('#logout').hidden = false;
+  $('#tz').hidden = false;
   $('#who').textContent = `${state.name} (${state.role === 'admin' ? 'admin' : 'read-only'})`;
   route();
 }
@@ -202,7 +230,7 @@ async function route() {
   if (!state.token) return;
   state.generation++;
   stopRefresh();
-  banner('');
+  clearError();
   state.selected.clear();
   bulkInProgress = false;
   const { parts, params } = parseHash();
@@ -217,6 +245,7 @@ async function route() {
     events: () => (parts[1] ? eventDetail(parts[1]) : events(params)),
     replay: () => replay(),
     operations: () => operations(),
+    metrics: () => metrics(),
   };
   await (views[name] || views.overview)();
 }
@@ -267,12 +296,13 @@ function chart(minutes, now) {
 }
 
 async function overview(quiet) {
+  // Gauges only, read by indexed queries and cached by the server: no count of the history on
+  // every refresh (`durabus stats` and /api/v2/stats count everything, for when it is needed).
   const data = await attempt(() => Promise.all([
-    get('/api/v2/stats'), get('/api/v2/overview'), get('/api/v2/subscriptions'), get('/api/v2/jobs'),
+    get('/api/v2/overview'), get('/api/v2/subscriptions'), get('/api/v2/jobs'),
   ]));
   if (!data) return;
-  const [stats, o, subs, jobs] = data;
-  const s = stats.by_status;
+  const [o, subs, jobs] = data;
   const subRows = subs.map((x) => el('tr', {},
     el('td', {}, x.name || x.id), el('td', {}, x.event_type),
     el('td', {}, x.breaker ? badge(x.breaker.state) : el('span', { class: 'muted', text: x.in_this_process ? 'closed' : 'in the worker process' })),
@@ -284,18 +314,18 @@ async function overview(quiet) {
   fill(view(),
     el('h1', { text: 'Overview' }),
     el('div', { class: 'cards' },
-      card('Pending', s.pending, 'pending'), card('Processing', s.processing, 'processing'),
-      card('Done', s.done, 'done'), card('Dead letters (events)', s.dlq, 'dlq'),
+      card('Pending', num(o.pending), 'pending'), card('Processing', num(o.processing), 'processing'),
       card('Oldest due event', age(o.oldest_due_age_seconds), 'oldest-due'),
-      card('Dead letters pending', o.dead_letters_pending, 'dl-pending'),
-      card('Dead letters retrying', o.dead_letters_retrying, 'dl-retrying'),
+      card('Dead letters pending', num(o.dead_letters_pending), 'dl-pending'),
+      card('Dead letters retrying', num(o.dead_letters_retrying), 'dl-retrying'),
       card('Oldest pending dead letter', age(o.oldest_pending_dead_letter_age_seconds), 'dl-oldest')),
     el('h2', { text: 'Throughput, last hour' }), chart(o.throughput, o.now),
     el('h2', { text: 'Subscriptions and circuit breakers' }),
     table(['Subscription', 'Pattern', 'Breaker', 'Failures'], subRows, 'No subscriptions stored.'),
     el('h2', { text: 'Scheduled jobs' }),
     table(['Job', 'Schedule', 'Last run', 'Finished', 'Next run'], jobRows),
-    el('p', { class: 'muted', text: `Read at ${when(o.now)}; refreshes every ${REFRESH_MS / 1000} s.` }));
+    el('p', { class: 'muted' }, `Read at ${when(o.now)}; refreshes every ${REFRESH_MS / 1000} s. Prometheus metrics: `,
+      el('a', { href: '#/metrics', text: 'the metrics page' }), '.'));
   if (!quiet) refreshing(overview);
 }
 
@@ -365,7 +395,7 @@ async function deadLetters(params, quiet) {
     selectionBar.append(
       el('span', { text: `${selected.size} selected` }),
       el('button', { text: 'Retry selected', onclick: () => actOnMany([...selected], 'retry') }),
-      el('button', { class: 'danger', text: 'Abandon selected', onclick: () => actOnMany([...selected], 'abandon') }),
+      el('button', { class: 'danger', text: 'Abandon selected', onclick: () => abandonMany([...selected]) }),
       el('button', { text: 'Clear selection', onclick: () => { selected.clear(); for (const c of document.querySelectorAll('input.pick')) c.checked = false; updateSelection(); } }));
   };
   const listing = (pg) => {
@@ -374,7 +404,7 @@ async function deadLetters(params, quiet) {
       el('td', {}, el('a', { href: `#/dead-letters/${encodeURIComponent(d.event_id)}`, text: when(d.created_at) })),
       el('td', {}, d.type), el('td', {}, d.subscription || '—'), el('td', {}, badge(d.status)),
       el('td', {}, String(d.rounds)), el('td', { class: 'err', title: d.last_error }, d.last_error),
-      isAdmin() ? el('td', {}, d.status === 'pending' ? el('button', { text: 'Retry', class: 'retry', onclick: () => actOnMany([d.event_id], 'retry') }) : '') : null));
+      isAdmin() ? el('td', {}, (d.actions || []).includes('retry') ? el('button', { text: 'Retry', class: 'retry', onclick: () => actOnMany([d.event_id], 'retry') }) : '') : null));
     const headers = [isAdmin() ? '' : null, 'Created', 'Type', 'Subscription', 'Status', 'Rounds', 'Last error', isAdmin() ? '' : null].filter((h) => h !== null);
     const pager = el('div', { class: 'pager' },
       params.get('before') ? el('button', { text: '« Newest', onclick: () => { params.delete('before'); go('dead-letters', params); } }) : null,
@@ -405,12 +435,28 @@ async function deadLetters(params, quiet) {
 let bulkInProgress = false;
 const bulkBusy = () => bulkInProgress;
 
-async function actOnMany(ids, action) {
+async function actOnMany(ids, action, body) {
+  let done = 0;
   for (const id of ids) {
-    const ok = await attempt(() => post(`/api/v2/dead-letters/${encodeURIComponent(id)}/${action}`));
+    const ok = await attempt(() => post(`/api/v2/dead-letters/${encodeURIComponent(id)}/${action}`, body));
     if (ok === undefined) break;
+    done++;
   }
-  route();
+  const failed = !$('#banner').hidden && $('#banner').className !== 'info';
+  await route();
+  if (!failed) banner(`${action === 'retry' ? 'Sent back for delivery' : 'Abandoned'}: ${num(done)} dead letter${done === 1 ? '' : 's'}.`, 'info');
+}
+
+/** Abandons the selected dead letters after a confirmation that takes a note. */
+function abandonMany(ids) {
+  const bar = $('.selection-confirm') || el('div', { class: 'panel selection-confirm' });
+  const note = el('input', { name: 'abandon-note', placeholder: 'why (optional)' });
+  fill(bar,
+    el('p', { text: `Abandon ${num(ids.length)} dead letter${ids.length === 1 ? '' : 's'}? They get no more automatic retries.` }),
+    el('div', { class: 'actions' }, note,
+      el('button', { class: 'danger', text: `Confirm: abandon ${num(ids.length)}`, onclick: () => actOnMany(ids, 'abandon', { note: note.value.trim() || null }) }),
+      el('button', { text: 'Cancel', onclick: () => bar.remove() })));
+  if (!bar.isConnected) view().insertBefore(bar, view().querySelector('.listing'));
 }
 
 function bulkPanel(params, reload) {
@@ -419,21 +465,29 @@ function bulkPanel(params, reload) {
   const out = el('div', { class: 'bulk-result' });
   const filter = bulkFilter(params);
   const empty = !filter.status.length && !filter.event_type && !filter.group && !filter.from && !filter.to;
+  // Changing the action or the note after a preview discards it: the confirmation can only run
+  // what was previewed.
+  const discard = () => { if (!bulkRunning) { bulkInProgress = false; fill(out); } };
+  let bulkRunning = false;
+  action.addEventListener('change', discard);
+  note.addEventListener('input', discard);
   const preview = async () => {
     bulkInProgress = true;
+    const frozen = { action: action.value, note: note.value.trim() || null, filter, all: empty };
     const p = await attempt(() => post('/api/v2/dead-letters/bulk/preview', { filter }));
     if (!p) { bulkInProgress = false; return; }
-    const confirm = el('button', { class: 'primary', text: `Confirm: ${action.value} ${p.count} dead letters`, onclick: async () => {
+    const confirm = el('button', { class: 'primary', 'data-action': frozen.action, text: `Confirm: ${frozen.action} ${num(p.count)} dead letters`, onclick: async () => {
       confirm.disabled = true;
-      const op = await attempt(() => post('/api/v2/dead-letters/bulk', { action: action.value, note: note.value.trim() || null, filter, all: empty }));
-      if (!op) { confirm.disabled = false; return; }
+      bulkRunning = true;
+      const op = await attempt(() => post('/api/v2/dead-letters/bulk', frozen));
+      if (!op) { confirm.disabled = false; bulkRunning = false; return; }
       follow(op.id, out, () => {
         reload();
         out.append(el('button', { text: 'Close', onclick: () => { bulkInProgress = false; route(); } }));
       });
     } });
     fill(out,
-      el('p', { class: 'preview-count', text: `${p.count} dead letters match this filter${empty ? ' (every dead letter)' : ''}. Samples:` }),
+      el('p', { class: 'preview-count', text: `${num(p.count)} dead letters match this filter${empty ? ' (every dead letter)' : ''}. Samples:` }),
       el('ul', {}, p.samples.map((d) => el('li', {}, `${d.type}: ${d.last_error}`))),
       el('div', { class: 'actions' }, confirm, el('button', { text: 'Cancel', onclick: () => { bulkInProgress = false; fill(out); } })));
   };
@@ -471,21 +525,27 @@ async function deadLetter(id) {
   const d = await attempt(() => get(`/api/v2/dead-letters/${encodeURIComponent(id)}`));
   if (!d) return;
   const note = el('textarea', { name: 'note', placeholder: 'What was done (required to resolve)' });
-  const actions = isAdmin() && (d.status === 'pending' || d.status === 'retrying')
+  // Exactly the actions the record's status allows, as the API says (d.actions).
+  const allowed = new Set(d.actions || []);
+  const buttons = [
+    allowed.has('retry') ? el('button', { class: 'primary', text: 'Retry', onclick: () => act('retry') }) : null,
+    allowed.has('resolve') ? el('button', { text: 'Resolve', onclick: () => {
+      if (!note.value.trim()) { banner('A note is required to resolve a dead letter.'); return; }
+      act('resolve', { note: note.value.trim() });
+    } }) : null,
+    allowed.has('abandon') ? el('button', { class: 'danger', text: 'Abandon', onclick: () => act('abandon', { note: note.value.trim() || null }) }) : null,
+  ].filter(Boolean);
+  const actions = isAdmin() && buttons.length
     ? el('div', { class: 'panel' },
       el('h2', { text: 'Actions' }),
-      note,
-      el('div', { class: 'actions' },
-        el('button', { class: 'primary', text: 'Retry', onclick: () => act('retry') }),
-        el('button', { text: 'Resolve', onclick: () => {
-          if (!note.value.trim()) { banner('A note is required to resolve a dead letter.'); return; }
-          act('resolve', { note: note.value.trim() });
-        } }),
-        el('button', { class: 'danger', text: 'Abandon', onclick: () => act('abandon', { note: note.value.trim() || null }) })))
+      d.status === 'retrying' ? el('p', { class: 'muted', text: 'Sent back for delivery: resolving or abandoning it now calls the retry off, unless a worker has already picked it up.' }) : null,
+      allowed.has('resolve') || allowed.has('abandon') ? note : null,
+      el('div', { class: 'actions' }, buttons))
     : null;
+  const DONE_WORDS = { retry: 'sent back for delivery', resolve: 'resolved', abandon: 'abandoned' };
   async function act(action, body) {
     const r = await attempt(() => post(`/api/v2/dead-letters/${encodeURIComponent(id)}/${action}`, body));
-    if (r) { banner(`Dead letter ${action === 'retry' ? 'sent back for delivery' : action + 'd'}.`, 'info'); deadLetter(id); }
+    if (r) { await deadLetter(id); banner(`Dead letter ${DONE_WORDS[action]}.`, 'info'); }
   }
   const rounds = (d.error_history || []).map((r) => el('div', { class: 'round panel' },
     el('strong', { text: `Round ${r.round}` }), ` ended ${when(r.failed_at)}`, r.retried_by ? ` (sent back by ${r.retried_by})` : '',
@@ -500,7 +560,7 @@ async function deadLetter(id) {
       ['Attempts', d.attempts], ['Created', when(d.created_at)], ['Updated', when(d.updated_at)],
       ['Auto retries', `${d.auto_retry_count} (next ${when(d.next_auto_retry_at)})`],
       ['Manual retries', d.manual_retry_count], ['Last retry', d.last_retry_at ? `${when(d.last_retry_at)} by ${d.last_retry_by}` : '—'],
-      ['Resolved', d.resolved_at ? `${when(d.resolved_at)} by ${d.resolved_by}` : '—'], ['Note', d.resolution_note || '—'],
+      [d.status === 'abandoned' ? 'Abandoned' : 'Resolved', d.resolved_at ? `${when(d.resolved_at)} by ${d.resolved_by}` : '—'], ['Note', d.resolution_note || '—'],
       ['Event', el('a', { href: `#/events/${encodeURIComponent(d.event_id)}`, text: 'history and payload snapshots' })],
     ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, v)])),
     actions,
@@ -515,7 +575,7 @@ async function groups(quiet) {
   if (!gs) return;
   const rows = gs.map((g) => el('tr', { 'data-group': g.fingerprint },
     el('td', {}, el('a', { href: `#/dead-letters?group=${encodeURIComponent(g.fingerprint)}`, text: g.signature || g.fingerprint })),
-    el('td', {}, String(g.count)), el('td', {}, String(g.open)), el('td', {}, (g.event_types || []).join(', ')),
+    el('td', {}, num(g.count)), el('td', {}, num(g.open)), el('td', {}, (g.event_types || []).join(', ')),
     el('td', {}, g.subscription || '—'), el('td', {}, when(g.first_seen)), el('td', {}, when(g.last_seen)),
     el('td', { class: 'err', title: g.sample_error }, g.sample_error)));
   fill(view(),
@@ -581,10 +641,13 @@ function replay() {
   const types = el('input', { name: 'types', placeholder: 'order.*, user.created' });
   const rate = el('input', { name: 'rate', type: 'number', min: 1, placeholder: '2000' });
   const statuses = ['pending', 'processing', 'done', 'dlq'].map((s) => el('label', {}, s, el('input', { type: 'checkbox', value: s, class: 'replay-status' })));
+  // Without a start time a replay covers every stored event: that takes an explicit choice.
+  const everything = el('input', { type: 'checkbox', name: 'all', class: 'replay-all' });
   const out = el('div', { class: 'replay-result' });
   const body = (mode) => {
     const b = { mode };
-    if (from.value) b.from = new Date(from.value).toISOString(); else b.all = true;
+    // A preview or a dry run changes nothing: without a start time it looks at everything.
+    if (from.value) b.from = new Date(from.value).toISOString(); else if (mode !== 'run' || everything.checked) b.all = true;
     if (to.value) b.to = new Date(to.value).toISOString();
     b.types = types.value.split(',').map((t) => t.trim()).filter(Boolean);
     b.statuses = [...document.querySelectorAll('.replay-status:checked')].map((c) => c.value);
@@ -596,26 +659,63 @@ function replay() {
     if (!r) return;
     const p = r.preview || r.dry_run;
     fill(out, el('div', { class: 'panel' },
-      el('p', { class: 'replay-count', text: `${mode === 'preview' ? 'Preview' : 'Dry run'}: ${p.count} events` + (r.dry_run ? ` would be replayed (${r.dry_run.skipped} skipped, ${r.dry_run.duration_ms} ms)` : ' selected') }),
-      el('ul', {}, Object.entries(p.by_type).map(([t, n]) => el('li', { text: `${t}: ${n}` }))),
+      el('p', { class: 'replay-count', text: `${mode === 'preview' ? 'Preview' : 'Dry run'}: ${num(p.count)} events` + (r.dry_run ? ` would be replayed (${num(r.dry_run.skipped)} skipped, ${r.dry_run.duration_ms} ms)` : ' selected') }),
+      el('ul', {}, Object.entries(p.by_type).map(([t, n]) => el('li', { text: `${t}: ${num(n)}` }))),
       el('h2', { text: 'First events' }),
       el('ul', {}, (p.samples || []).map((s) => el('li', { text: `${s.type} ${s.id || s.event_id || ''}` })))));
   };
+  // Running asks first: the preview's count, then a confirmation that runs exactly what was
+  // previewed (changing the form discards it).
   const run = async () => {
-    const op = await attempt(() => post('/api/v2/replay', body('run')));
-    if (op) follow(op.id, out, null, `/api/v2/replay/${encodeURIComponent(op.id)}`);
+    if (!from.value && !everything.checked) {
+      banner('Give a start time (From), or tick "every stored event" to replay the whole history.');
+      return;
+    }
+    const frozen = body('run');
+    const r = await attempt(() => post('/api/v2/replay', { ...frozen, mode: 'preview' }));
+    if (!r) return;
+    const n = r.preview.count;
+    const rateText = frozen.rate_limit ? `${num(frozen.rate_limit)} events/s` : 'the server\'s default rate (2,000 events/s)';
+    const confirm = el('button', { class: 'primary replay-confirm', text: `Confirm: replay ${num(n)} events`, onclick: async () => {
+      confirm.disabled = true;
+      const op = await attempt(() => post('/api/v2/replay', frozen));
+      if (op) follow(op.id, out, null, `/api/v2/replay/${encodeURIComponent(op.id)}`);
+      else confirm.disabled = false;
+    } });
+    fill(out, el('div', { class: 'panel replay-confirmation' },
+      el('p', { class: 'replay-count', text: `Replay ${num(n)} events${frozen.all ? ' (every stored event)' : ''} at ${rateText}? Each is published again as a new event to today's subscribers.` }),
+      el('div', { class: 'actions' }, confirm, el('button', { text: 'Cancel', onclick: () => fill(out) }))));
   };
   fill(view(),
     el('h1', { text: 'Replay' }),
     el('p', { class: 'muted', text: 'Republish stored events as new events (new ids, linked to the original) to today\'s subscribers. Preview and dry run change nothing.' }),
     el('form', { class: 'filters', onsubmit: (ev) => ev.preventDefault() },
-      el('label', {}, 'From (empty: all history)', from), el('label', {}, 'To', to),
+      el('label', {}, 'From', from), el('label', {}, 'To', to),
+      el('label', { class: 'inline' }, 'every stored event (no start time)', everything),
       el('label', {}, 'Types', types), el('label', {}, 'Events per second', rate), statuses),
     el('div', { class: 'actions' },
       el('button', { text: 'Preview', class: 'replay-preview', onclick: () => check('preview') }),
       el('button', { text: 'Dry run', class: 'replay-dry', onclick: () => check('dry_run') }),
       isAdmin() ? el('button', { class: 'primary replay-run', text: 'Run replay', onclick: run }) : null),
     out);
+  for (const input of [from, to, types, rate, everything, ...document.querySelectorAll('.replay-status')]) {
+    input.addEventListener('input', () => { if (out.querySelector('.replay-confirmation')) fill(out); });
+  }
+}
+
+// ---- metrics ----------------------------------------------------------------------------
+
+async function metrics() {
+  const res = await attempt(async () => {
+    const r = await fetch('/metrics', { headers: { Authorization: `Bearer ${state.token}` } });
+    if (!r.ok) throw new ApiError(r.status, 'http_' + r.status, `/metrics answered ${r.status}`);
+    return r.text();
+  });
+  if (res === undefined) return;
+  fill(view(),
+    el('h1', { text: 'Metrics' }),
+    el('p', { class: 'muted', text: 'What Prometheus scrapes at /metrics (this server\'s own counters and the store\'s gauges; the workers serve their delivery counters themselves).' }),
+    el('pre', { class: 'metrics', text: res }));
 }
 
 // ---- operations and jobs ----------------------------------------------------------------
@@ -656,6 +756,14 @@ document.addEventListener('DOMContentLoaded', () => {
     if (t) signIn(t);
   });
   $('#logout').addEventListener('click', () => signOut(''));
+  const tz = $('#tz');
+  const showTz = () => { tz.textContent = localStorage.getItem(UTC_KEY) === '1' ? 'Times: UTC' : 'Times: local'; };
+  tz.addEventListener('click', () => {
+    localStorage.setItem(UTC_KEY, localStorage.getItem(UTC_KEY) === '1' ? '0' : '1');
+    showTz();
+    route();
+  });
+  showTz();
   window.addEventListener('hashchange', route);
   if (state.token) signIn(state.token); else signOut('');
 });

@@ -196,6 +196,39 @@ impl Action {
     }
 }
 
+impl Action {
+    /// The actions a record in `status` takes, by name (`retry`, `resolve`, `abandon`,
+    /// `purge`), as [`apply`] decides them: what an operator's screen offers. (A `retrying`
+    /// record offers resolve and abandon, which call its retry off; they are refused once a
+    /// worker has picked its event up.)
+    pub fn allowed(status: DeadLetterStatus) -> Vec<&'static str> {
+        let probe = State {
+            status,
+            ..State::created(Timestamp(0), &DeadLetterPolicy::manual_only())
+        };
+        let someone = Actor::new("operator", ActorKind::Library);
+        [
+            Action::Retry,
+            Action::Resolve { note: "n".into() },
+            Action::Abandon { note: None },
+            Action::Purge,
+        ]
+        .into_iter()
+        .filter(|a| {
+            apply(
+                EventId(uuid::Uuid::nil()),
+                &probe,
+                a,
+                &someone,
+                Timestamp(0),
+            )
+            .is_ok()
+        })
+        .map(|a| a.name())
+        .collect()
+    }
+}
+
 /// What applying an action changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {

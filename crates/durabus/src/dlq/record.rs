@@ -138,6 +138,10 @@ pub struct DeadLetter {
     pub resolved_by: Option<String>,
     /// The operator's note on resolving or abandoning.
     pub resolution_note: Option<String>,
+    /// The actions its status allows, by name ([`Action::allowed`](super::Action::allowed)):
+    /// what an operator's screen offers.
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub actions: Vec<&'static str>,
 }
 
 /// A dead-letter record as listed: everything but its payload, causes and error history (read
@@ -178,6 +182,9 @@ pub struct DeadLetterSummary {
     pub last_retry_by: Option<String>,
     /// Who resolved or abandoned it.
     pub resolved_by: Option<String>,
+    /// The actions its status allows, by name ([`Action::allowed`](super::Action::allowed)).
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub actions: Vec<&'static str>,
 }
 
 fn raw_json<S: Serializer>(payload: &str, s: S) -> std::result::Result<S::Ok, S::Error> {

@@ -454,3 +454,18 @@ fn deltas_sum_by_group() {
         vec![d("a", 0, -2), d("b", -1, 0)]
     );
 }
+
+#[test]
+fn each_status_offers_exactly_the_actions_the_rules_allow() {
+    use DeadLetterStatus::*;
+    assert_eq!(
+        Action::allowed(Pending),
+        vec!["retry", "resolve", "abandon", "purge"]
+    );
+    assert_eq!(Action::allowed(Retrying), vec!["resolve", "abandon"]);
+    assert_eq!(
+        Action::allowed(Abandoned),
+        vec!["retry", "resolve", "purge"]
+    );
+    assert_eq!(Action::allowed(Resolved), vec!["purge"]);
+}

@@ -62,6 +62,15 @@ pub(super) async fn dead_letters_list_filter_page_and_show(api: &Api) {
     );
     assert_eq!(items[0]["rounds"], 1);
     assert_eq!(one["status"], "pending");
+    assert_eq!(
+        one["actions"],
+        json!(["retry", "resolve", "abandon", "purge"]),
+        "a pending record offers what its status allows"
+    );
+    assert_eq!(
+        items[0]["actions"], one["actions"],
+        "listings carry them too"
+    );
     assert_eq!(one["error_history"][0]["round"], 1);
     assert!(one["last_error"].as_str().unwrap().contains("refused"));
 
@@ -104,6 +113,11 @@ pub(super) async fn dead_letter_actions_follow_the_lifecycle_and_record_the_toke
         .await;
     assert_eq!(s, StatusCode::OK, "{d}");
     assert_eq!(d["status"], "retrying");
+    assert_eq!(
+        d["actions"],
+        json!(["resolve", "abandon"]),
+        "a retry can be called off until a worker picks it up"
+    );
     assert_eq!(d["last_retry_by"], "ops", "the token's name is the actor");
     assert_error(
         &api.post(&format!("/api/v2/dead-letters/{}/retry", ids[0]), json!({}))
@@ -145,6 +159,11 @@ pub(super) async fn dead_letter_actions_follow_the_lifecycle_and_record_the_toke
             &json!("ops"),
             &json!("refunded by hand")
         )
+    );
+    assert_eq!(
+        d["actions"],
+        json!(["purge"]),
+        "a closed record can only be purged"
     );
     assert_error(
         &api.post(&resolve, json!({ "note": "again" })).await,

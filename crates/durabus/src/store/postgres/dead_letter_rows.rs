@@ -53,6 +53,7 @@ pub(super) fn dead_letter(row: &PgRow) -> Result<(DeadLetter, u32)> {
             resolved_at: opt_ts(row, "resolved_at")?,
             resolved_by: row.try_get("resolved_by")?,
             resolution_note: row.try_get("resolution_note")?,
+            actions: crate::dlq::Action::allowed(status.parse()?),
         },
         u32_col(row, "rounds")?,
     ))
@@ -78,6 +79,7 @@ pub(super) fn summary(row: &PgRow) -> Result<DeadLetterSummary> {
         updated_at: Timestamp(row.try_get("updated_at")?),
         last_retry_by: row.try_get("last_retry_by")?,
         resolved_by: row.try_get("resolved_by")?,
+        actions: crate::dlq::Action::allowed(status.parse()?),
     })
 }
 

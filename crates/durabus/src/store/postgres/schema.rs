@@ -28,7 +28,6 @@ where
     migrations::parse_version(text.as_deref())
 }
 
-
 /// Creates the schema if needed and brings it up to [`SCHEMA_VERSION`].
 pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
     let mut tx = super::tx::begin(pool).await?;

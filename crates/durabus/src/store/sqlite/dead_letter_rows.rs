@@ -51,6 +51,7 @@ pub(super) fn dead_letter_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter
         resolved_at: ts(row.get(18)?),
         resolved_by: row.get(19)?,
         resolution_note: row.get(20)?,
+        actions: crate::dlq::Action::allowed(status(row, 10)?),
     })
 }
 
@@ -73,5 +74,6 @@ pub(super) fn summary_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetterSumm
         updated_at: Timestamp(row.get(13)?),
         last_retry_by: row.get(14)?,
         resolved_by: row.get(15)?,
+        actions: crate::dlq::Action::allowed(status(row, 8)?),
     })
 }
