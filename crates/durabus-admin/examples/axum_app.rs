@@ -94,7 +94,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .merge(admin);
 
     if !check {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+        let listener = durabus_admin::AdminListener::bind("127.0.0.1:3000").await?;
         println!(
             "POST http://127.0.0.1:3000/orders; admin API with `Authorization: Bearer {secret}`"
         );

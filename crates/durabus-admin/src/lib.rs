@@ -26,7 +26,9 @@
 //! let tokens = Tokens::new()
 //!     .with(Token::parse("ops:a-long-random-secret", Role::Admin, "admin")?)?;
 //! let app = durabus_admin::router(AdminState::new(bus, AdminConfig::new(tokens)));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! // Any axum listener serves it; AdminListener also answers the HTTP parser's own refusals
+//! // (a URI over 64 KiB, oversized headers) in the API's error shape.
+//! let listener = durabus_admin::AdminListener::bind("127.0.0.1:8080").await?;
 //! axum::serve(listener, app).await?;
 //! # Ok(()) }
 //! ```
@@ -35,6 +37,7 @@ pub mod auth;
 mod dashboard;
 mod error;
 mod extract;
+mod listener;
 mod middleware;
 mod openapi;
 mod routes;
@@ -49,6 +52,7 @@ use durabus::EventBus;
 pub use auth::{Caller, Role, Token, TokenError, Tokens};
 pub use dashboard::{CONTENT_SECURITY_POLICY, dashboard};
 pub use error::{ApiError, ApiResult, ErrorBody, ErrorObject};
+pub use listener::{AdminListener, ShapedConnection};
 pub use openapi::openapi;
 
 /// Settings of the admin API.

@@ -2,11 +2,19 @@
 //! sent back), a time limit, a handler that panics answered with a logged 500 in the API's
 //! error shape (never a dropped connection), headers that keep answers out of caches and
 //! browsers' type sniffing, and one log line (method, path, status, latency, request id) with
-//! the internal cause of a 5xx. The `Authorization` header is never logged.
+//! the internal cause of a 5xx. The `Authorization` header is never logged. An answer to a
+//! request whose body was left unread (refused before it: 401, 403, 404, 415, 413) says
+//! `Connection: close`, so a client never sends its next request into a connection the server
+//! is closing.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::http::{HeaderValue, header};
@@ -32,6 +40,61 @@ pub(crate) fn outer(app: Router, timeout: Duration) -> Router {
         .layer(axum::middleware::from_fn_with_state(timeout, log_request))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(axum::middleware::from_fn(close_if_body_unread))
+}
+
+/// Marks the answer `Connection: close` when the request's body was not read to its end. The
+/// HTTP server cannot reuse a connection with unread bytes on it (it drains a little, then
+/// closes); without the header a keep-alive client would send its next request into that
+/// closing connection and get no answer.
+async fn close_if_body_unread(request: Request, next: Next) -> Response {
+    use http_body::Body as _;
+    let (parts, body) = request.into_parts();
+    if body.is_end_stream() {
+        return next.run(Request::from_parts(parts, body)).await;
+    }
+    let read = Arc::new(AtomicBool::new(false));
+    let body = Body::new(ReadToEnd {
+        inner: body,
+        read: Arc::clone(&read),
+    });
+    let mut response = next.run(Request::from_parts(parts, body)).await;
+    if !read.load(Ordering::Acquire) {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// A request body that notes when it has been read to its end.
+struct ReadToEnd {
+    inner: Body,
+    read: Arc<AtomicBool>,
+}
+
+impl http_body::Body for ReadToEnd {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None)) || self.inner.is_end_stream() {
+            self.read.store(true, Ordering::Release);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The answer to a handler that panicked: 500 in the API's error shape, the panic's message
@@ -119,6 +182,44 @@ mod tests {
         assert!(
             !json.to_string().contains("epoch"),
             "the cause is logged, never sent: {json}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_left_the_body_unread_closes_the_connection() {
+        async fn ignores_body() -> StatusCode {
+            StatusCode::UNAUTHORIZED
+        }
+        async fn reads_body(body: String) -> String {
+            body
+        }
+        let app = outer(
+            Router::new()
+                .route("/refuse", axum::routing::post(ignores_body))
+                .route("/echo", axum::routing::post(reads_body)),
+            Duration::from_secs(5),
+        );
+        let call = |path: &'static str, body: &'static str| {
+            app.clone().oneshot(
+                Request::builder()
+                    .method("POST")
+                    .uri(path)
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+        };
+        let refused = call("/refuse", "{\"a\": 1}").await.unwrap();
+        assert_eq!(refused.headers()["connection"], "close");
+        let read = call("/echo", "{\"a\": 1}").await.unwrap();
+        assert_eq!(read.status(), StatusCode::OK);
+        assert!(
+            !read.headers().contains_key("connection"),
+            "a read body keeps it"
+        );
+        let empty = call("/refuse", "").await.unwrap();
+        assert!(
+            !empty.headers().contains_key("connection"),
+            "nothing to read"
         );
     }
 

@@ -96,7 +96,7 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     );
     let bus = db.builder().deliver(false).build().await?;
     bus.start().await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let listener = durabus_admin::AdminListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;

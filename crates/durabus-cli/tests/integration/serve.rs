@@ -214,3 +214,80 @@ fn without_tokens_on_loopback_a_token_is_made_for_the_run() {
     );
     assert!(terminate(&mut child).success());
 }
+
+/// Sends raw bytes on `s` and reads one answer: its head (lower-cased) and body.
+fn exchange(s: &mut TcpStream, request: &[u8]) -> (String, String) {
+    s.write_all(request).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        got.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let head = head.to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            if body.len() >= length {
+                return (head, body[..length].to_owned());
+            }
+        }
+        assert!(n > 0, "the connection closed mid-answer: {text}");
+    }
+}
+
+#[test]
+fn refusals_before_the_api_keep_the_error_shape_and_never_strand_a_keep_alive_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = demo_db(dir.path());
+    let mut child = serve(
+        &db,
+        &["--listen", "127.0.0.1:0"],
+        &[("DURABUS_ADMIN_TOKEN", "ops:admin-token-0123456789")],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let addr = address(&mut child);
+
+    // A 100 KB URI is refused by the HTTP parser itself: still the API's error shape.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let long = format!(
+        "GET /api/v2/dead-letters?event_type={} HTTP/1.1\r\nHost: x\r\n\r\n",
+        "a".repeat(100_000)
+    );
+    let (head, body) = exchange(&mut s, long.as_bytes());
+    assert!(head.starts_with("http/1.1 414"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["error"]["code"], "uri_too_long", "{body}");
+
+    // A POST refused before its body is read says the connection closes, so a keep-alive
+    // client opens a new one instead of writing into a closing socket.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    let payload = format!(
+        "{{\"action\":\"retry\",\"filter\":{{}},\"pad\":\"{}\"}}",
+        "x".repeat(200_000)
+    );
+    let post = format!(
+        "POST /api/v2/dead-letters/bulk HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Authorization: Bearer wrong-token-0123456789\r\nContent-Length: {}\r\n\r\n{payload}",
+        payload.len()
+    );
+    let (head, body) = exchange(&mut s, post.as_bytes());
+    assert!(head.starts_with("http/1.1 401"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(body.contains("unauthorized"), "{body}");
+
+    // A connection whose requests are answered normally stays open for the next one.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    for _ in 0..3 {
+        let (head, _) = exchange(&mut s, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(head.starts_with("http/1.1 200"), "{head}");
+        assert!(!head.contains("connection: close"), "{head}");
+    }
+    assert!(terminate(&mut child).success());
+}
