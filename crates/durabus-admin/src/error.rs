@@ -81,6 +81,29 @@ impl ApiError {
         )
     }
 
+    /// 422 for a refused value: the message and `details` (`{"field", "problem", "accepted"}`)
+    /// name the field, what is wrong with the value given and what is accepted.
+    pub fn invalid(
+        field: impl Into<String>,
+        problem: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> ApiError {
+        let (field, problem, accepted) = (field.into(), problem.into(), accepted.into());
+        ApiError::validation(format!("{field}: {problem}; accepted: {accepted}"))
+            .with_details(field_details(&field, &problem, &accepted))
+    }
+
+    /// 400 for a parameter that cannot be read, with the same `details` as [`invalid`](Self::invalid).
+    pub fn unreadable(
+        field: impl Into<String>,
+        problem: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> ApiError {
+        let (field, problem, accepted) = (field.into(), problem.into(), accepted.into());
+        ApiError::malformed(format!("{field}: {problem}; accepted: {accepted}"))
+            .with_details(field_details(&field, &problem, &accepted))
+    }
+
     /// 404: nothing at this path.
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -102,7 +125,14 @@ impl From<durabus::Error> for ApiError {
     fn from(e: durabus::Error) -> ApiError {
         let message = e.to_string();
         match e.kind() {
-            ErrorKind::InvalidInput => ApiError::validation(message),
+            ErrorKind::InvalidInput => match e.invalid_value() {
+                Some(v) => ApiError::validation(message).with_details(field_details(
+                    &v.field,
+                    &v.problem,
+                    &v.accepted,
+                )),
+                None => ApiError::validation(message),
+            },
             ErrorKind::NotFound => ApiError::not_found(message),
             ErrorKind::Conflict => ApiError::new(StatusCode::CONFLICT, "conflict", message),
             ErrorKind::Locked | ErrorKind::Unavailable | ErrorKind::Closed => {
@@ -145,6 +175,10 @@ impl IntoResponse for ApiError {
     }
 }
 
+fn field_details(field: &str, problem: &str, accepted: &str) -> serde_json::Value {
+    serde_json::json!({ "field": field, "problem": problem, "accepted": accepted })
+}
+
 /// What handlers return.
 pub type ApiResult<T> = Result<T, ApiError>;
 
@@ -160,8 +194,15 @@ mod tests {
         }
         .into();
         assert_eq!((e.status, e.code), (StatusCode::NOT_FOUND, "not_found"));
-        let e: ApiError = durabus::Error::InvalidConfig("bad".into()).into();
+        let e: ApiError = durabus::Error::invalid("limit", "5000 records", "1 to 1000").into();
         assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(
+            e.details,
+            serde_json::json!({"field": "limit", "problem": "5000 records", "accepted": "1 to 1000"})
+        );
+        assert_eq!(e.message, "limit: 5000 records; accepted: 1 to 1000");
+        let e: ApiError = durabus::Error::InvalidId("x".into()).into();
+        assert_eq!(e.details["field"], "id");
         let e: ApiError = durabus::Error::Internal("secret detail".into()).into();
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert!(!e.message.contains("secret"));

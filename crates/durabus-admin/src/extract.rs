@@ -2,7 +2,7 @@
 //! parameters are `400 malformed_request`; JSON of the wrong shape is `422 validation_failed`;
 //! a body over the limit is `413 payload_too_large`; a body that is not JSON is `415`.
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::StatusCode;
 
@@ -63,16 +63,48 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
         if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
             return ApiError::malformed(format!("the body is not valid JSON: {}", e.inner()));
         }
-        let field = e.path().to_string();
-        let problem = e.inner().to_string();
-        let message = if field == "." {
-            format!("the body does not fit: {problem}")
-        } else {
-            format!("the body does not fit: {field}: {problem}")
-        };
-        ApiError::validation(message)
-            .with_details(serde_json::json!({ "field": field, "problem": problem }))
+        let (field, problem, accepted) = described(&e, "body");
+        ApiError::invalid(field, problem, accepted)
     })
+}
+
+/// The field, problem and accepted form of a deserialisation error: serde says what it
+/// expected after ", expected " (or names a missing field); `whole` names the top level.
+fn described<E: std::fmt::Display>(
+    e: &serde_path_to_error::Error<E>,
+    whole: &str,
+) -> (String, String, String) {
+    let path = e.path().to_string();
+    let field = if path == "." { whole.to_owned() } else { path };
+    let text = e.inner().to_string();
+    let text = text
+        .split_once(" at line ")
+        .map_or(text.as_str(), |(before, _)| before)
+        .to_owned();
+    match text.split_once(", expected ") {
+        Some((problem, expected)) => (field, problem.to_owned(), expected.to_owned()),
+        None if text.starts_with("missing field") => {
+            let missing = text
+                .trim_start_matches("missing field ")
+                .trim_matches('`')
+                .to_owned();
+            let field = if field == whole {
+                missing
+            } else {
+                format!("{field}.{missing}")
+            };
+            (
+                field,
+                "missing".to_owned(),
+                "a value (GET /api/v2/openapi.json has the shape)".to_owned(),
+            )
+        }
+        None => (
+            field,
+            text,
+            "what GET /api/v2/openapi.json describes".to_owned(),
+        ),
+    }
 }
 
 /// Path parameters.
@@ -104,9 +136,42 @@ where
                 "the query string is not UTF-8 once percent-decoded",
             ));
         }
-        let axum::extract::Query(value) =
-            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
-        Ok(Query(value))
+        let _ = state;
+        let query = parts.uri.query().unwrap_or_default();
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(de)
+            .map(Query)
+            .map_err(|e| {
+                let (field, mut problem, mut accepted) = described(&e, "query");
+                // Number and flag parsers do not quote the value: name it, and what they take.
+                if let Some((_, value)) =
+                    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| *k == field)
+                    && !problem.contains(value.as_ref())
+                {
+                    problem = format!("{value:?}: {problem}");
+                }
+                if let Some(taken) = parser_accepts(&problem) {
+                    accepted = taken.to_owned();
+                }
+                ApiError::unreadable(field, problem, accepted)
+            })
+    }
+}
+
+/// What a standard parser takes, from its complaint.
+fn parser_accepts(problem: &str) -> Option<&'static str> {
+    const INTEGER: [&str; 4] = [
+        "invalid digit found in string",
+        "cannot parse integer from empty string",
+        "number too large to fit in target type",
+        "number too small to fit in target type",
+    ];
+    if INTEGER.iter().any(|m| problem.ends_with(m)) {
+        Some("a whole number within the parameter's range (GET /api/v2/openapi.json)")
+    } else if problem.ends_with("provided string was not `true` or `false`") {
+        Some("true or false")
+    } else {
+        None
     }
 }
 
@@ -137,13 +202,27 @@ fn decodes_to_utf8(query: &str) -> bool {
 
 impl From<PathRejection> for ApiError {
     fn from(r: PathRejection) -> ApiError {
-        ApiError::malformed(r.body_text())
-    }
-}
-
-impl From<QueryRejection> for ApiError {
-    fn from(r: QueryRejection) -> ApiError {
-        ApiError::malformed(r.body_text())
+        use axum::extract::path::ErrorKind;
+        let PathRejection::FailedToDeserializePathParams(e) = &r else {
+            return ApiError::malformed(r.body_text());
+        };
+        let (field, value) = match e.kind() {
+            ErrorKind::ParseErrorAtKey { key, value, .. }
+            | ErrorKind::DeserializeError { key, value, .. } => (key.clone(), Some(value)),
+            ErrorKind::ParseError { value, .. } => ("id".to_owned(), Some(value)),
+            ErrorKind::InvalidUtf8InPathParam { key } => (key.clone(), None),
+            _ => return ApiError::malformed(r.body_text()),
+        };
+        let problem = value.map_or_else(
+            || "not UTF-8 once percent-decoded".to_owned(),
+            |v| format!("{v:?} cannot be read"),
+        );
+        let accepted = if field == "id" {
+            "a UUID such as 0190a5b2-7c1e-7d3a-9f1e-2b3c4d5e6f70"
+        } else {
+            "what GET /api/v2/openapi.json describes for this path"
+        };
+        ApiError::unreadable(field, problem, accepted)
     }
 }
 

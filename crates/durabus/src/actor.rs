@@ -62,13 +62,17 @@ impl Actor {
     /// Refuses an empty name.
     pub fn validate(&self) -> Result<()> {
         if self.name.trim().is_empty() {
-            return Err(Error::InvalidConfig(
-                "the actor's name must not be empty".into(),
+            return Err(Error::invalid(
+                "actor",
+                "the actor's name is empty",
+                "1 to 200 bytes",
             ));
         }
         if self.name.len() > 200 {
-            return Err(Error::InvalidConfig(
-                "the actor's name must be at most 200 bytes".into(),
+            return Err(Error::invalid(
+                "actor",
+                format!("the actor's name is {} bytes", self.name.len()),
+                "1 to 200 bytes",
             ));
         }
         Ok(())

@@ -50,14 +50,20 @@ impl BreakerConfig {
     /// Checks the values.
     pub fn validate(&self) -> Result<()> {
         if !(self.failure_threshold > 0.0 && self.failure_threshold < 1.0) {
-            return Err(Error::InvalidConfig(format!(
-                "breaker failure_threshold must be between 0 and 1 (exclusive), got {}",
-                self.failure_threshold
-            )));
+            return Err(Error::invalid(
+                "breaker.failure_threshold",
+                format!("{}", self.failure_threshold),
+                "a number between 0 and 1, both excluded",
+            ));
         }
         if self.min_samples == 0 || self.window.is_zero() || self.open_for.is_zero() {
-            return Err(Error::InvalidConfig(
-                "breaker min_samples, window and open_for must be above zero".into(),
+            return Err(Error::invalid(
+                "breaker",
+                format!(
+                    "min_samples {}, window {:?}, open_for {:?}",
+                    self.min_samples, self.window, self.open_for
+                ),
+                "min_samples, window and open_for all above zero",
             ));
         }
         Ok(())

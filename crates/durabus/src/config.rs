@@ -108,10 +108,11 @@ impl Backoff {
     /// Checks the values.
     pub fn validate(&self) -> Result<()> {
         if self.initial.is_zero() || self.max < self.initial {
-            return Err(Error::InvalidConfig(format!(
-                "error_backoff: initial {:?} must be above zero and max {:?} at least initial",
-                self.initial, self.max
-            )));
+            return Err(Error::invalid(
+                "error_backoff",
+                format!("initial {:?}, max {:?}", self.initial, self.max),
+                "an initial pause above zero and a max of at least the initial",
+            ));
         }
         Ok(())
     }
@@ -150,33 +151,33 @@ impl BusConfig {
         self.metrics.validate()?;
         self.error_backoff.validate()?;
         if self.handler_timeout.is_zero() {
-            return Err(Error::InvalidConfig(
-                "handler_timeout must be above zero".into(),
+            return Err(Error::invalid(
+                "handler_timeout",
+                "zero",
+                "a duration above zero",
             ));
         }
         if self.claim_batch == 0 {
-            return Err(Error::InvalidConfig(
-                "claim_batch must be at least 1".into(),
-            ));
+            return Err(Error::invalid("claim_batch", "zero", "at least 1"));
         }
         if self.concurrency == 0 {
-            return Err(Error::InvalidConfig(
-                "concurrency must be at least 1".into(),
-            ));
+            return Err(Error::invalid("concurrency", "zero", "at least 1"));
         }
         if self.max_payload_bytes == 0 {
-            return Err(Error::InvalidConfig(
-                "max_payload_bytes must be at least 1".into(),
-            ));
+            return Err(Error::invalid("max_payload_bytes", "zero", "at least 1"));
         }
         if self.operations_poll.is_zero() {
-            return Err(Error::InvalidConfig(
-                "operations_poll must be above zero".into(),
+            return Err(Error::invalid(
+                "operations_poll",
+                "zero",
+                "a duration above zero",
             ));
         }
         if self.poll_interval.is_zero() {
-            return Err(Error::InvalidConfig(
-                "poll_interval must be above zero".into(),
+            return Err(Error::invalid(
+                "poll_interval",
+                "zero",
+                "a duration above zero",
             ));
         }
         Ok(())
@@ -253,10 +254,7 @@ mod tests {
                 ..BusConfig::default()
             },
         ] {
-            assert!(
-                matches!(bad.validate(), Err(Error::InvalidConfig(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(bad.validate(), Err(Error::Invalid(_))), "{bad:?}");
         }
     }
 }

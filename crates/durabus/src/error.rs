@@ -88,9 +88,10 @@ pub enum Error {
     )]
     InvalidPattern(String, &'static str),
 
-    /// A configuration value or a request parameter is out of range.
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(String),
+    /// A setting or a request parameter is refused: [`Invalid`] names the field, what is
+    /// wrong with the value given and what is accepted.
+    #[error("{}: {}; accepted: {}", .0.field, .0.problem, .0.accepted)]
+    Invalid(Box<Invalid>),
 
     /// The bus has been shut down: it accepts no new publishes or subscriptions.
     #[error("the event bus has been shut down; create a new bus to publish or subscribe")]
@@ -217,6 +218,20 @@ pub enum Error {
     },
 }
 
+/// A value refused by validation (carried by [`Error::Invalid`]; [`Error::invalid_value`] gives
+/// one for every input error): the admin API sends it as the error's `details`, the CLI prints
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Invalid {
+    /// The setting, field or parameter, by its name in the library and the API (`note`,
+    /// `limit`, `max_delay`, `filter.from`).
+    pub field: String,
+    /// What is wrong with the value given (quoting it when it helps).
+    pub problem: String,
+    /// What would be accepted: a range, a form, a list of values.
+    pub accepted: String,
+}
+
 /// Result with durabus's [`Error`] as the default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -228,7 +243,7 @@ impl Error {
             | Error::PayloadTooLarge { .. }
             | Error::InvalidEventType(..)
             | Error::InvalidPattern(..)
-            | Error::InvalidConfig(_)
+            | Error::Invalid(_)
             | Error::InvalidId(_) => ErrorKind::InvalidInput,
             Error::EventNotFound(..)
             | Error::SubscriptionNotFound(_)
@@ -244,6 +259,59 @@ impl Error {
             Error::Internal(_) => ErrorKind::Internal,
             Error::Io { .. } => ErrorKind::Io,
         }
+    }
+
+    /// A refused value: `field` (its name in the library and the API), what is wrong with the
+    /// value given, what is accepted.
+    pub fn invalid(
+        field: impl Into<String>,
+        problem: impl Into<String>,
+        accepted: impl Into<String>,
+    ) -> Error {
+        Error::Invalid(Box::new(Invalid {
+            field: field.into(),
+            problem: problem.into(),
+            accepted: accepted.into(),
+        }))
+    }
+
+    /// The refused value of an input error (every [`ErrorKind::InvalidInput`]), with its field,
+    /// problem and accepted range; `None` for other errors.
+    pub fn invalid_value(&self) -> Option<Invalid> {
+        let value = |field: &str, problem: String, accepted: &str| Invalid {
+            field: field.to_owned(),
+            problem,
+            accepted: accepted.to_owned(),
+        };
+        Some(match self {
+            Error::Invalid(i) => (**i).clone(),
+            Error::InvalidPayload(why) => value(
+                "payload",
+                why.clone(),
+                "a value that serialises to JSON (maps need string keys)",
+            ),
+            Error::PayloadTooLarge { size, limit } => Invalid {
+                field: "payload".to_owned(),
+                problem: format!("{size} bytes"),
+                accepted: format!("at most {limit} bytes (max_payload_bytes)"),
+            },
+            Error::InvalidEventType(t, why) => value(
+                "event_type",
+                format!("{t:?}: {why}"),
+                "dot-separated segments of letters, digits, '_', '-', ':' or '/', such as \"order.shipped\"; not system.*",
+            ),
+            Error::InvalidPattern(p, why) => value(
+                "pattern",
+                format!("{p:?}: {why}"),
+                "an event type where '*' stands for any run of characters, such as \"order.*\"",
+            ),
+            Error::InvalidId(id) => value(
+                "id",
+                format!("{id:?} is not a UUID"),
+                "a UUID such as 0190a5b2-7c1e-7d3a-9f1e-2b3c4d5e6f70",
+            ),
+            _ => return None,
+        })
     }
 
     /// A database error of `kind` while doing `context`.

@@ -93,9 +93,11 @@ impl FromStr for EventStatus {
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "unknown status {s:?}; expected pending, processing, done or dlq"
-                ))
+                Error::invalid(
+                    "status",
+                    format!("{s:?} is not an event status"),
+                    "pending, processing, done or dlq",
+                )
             })
     }
 }

@@ -129,7 +129,7 @@ pub use dlq::{
     DeadLetterPolicy, DeadLetterStatus, DeadLetterSummary, DeadLetterSummaryPage, DeadLetters,
     DlqInspector, Keyset, Page, Preview,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Invalid, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
 pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
 pub use history::History;

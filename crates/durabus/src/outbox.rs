@@ -76,7 +76,7 @@ impl Outbox {
 
     /// An outbox on tables named with `prefix` (as in
     /// [`SqliteOptions::table_prefix`](crate::SqliteOptions::table_prefix)). Fails with
-    /// [`Error::InvalidConfig`] for a prefix that is not letters, digits and `_`.
+    /// [`Error::Invalid`] for a prefix that is not letters, digits and `_`.
     pub fn with_prefix(prefix: &str) -> Result<Outbox> {
         Ok(Self::from_sql(Arc::new(Sql::new(prefix)?)))
     }

@@ -65,22 +65,28 @@ impl RetryPolicy {
     /// Checks that the values make sense.
     pub fn validate(&self) -> Result<()> {
         if !(self.backoff_multiplier.is_finite() && self.backoff_multiplier >= 1.0) {
-            return Err(Error::InvalidConfig(format!(
-                "backoff_multiplier must be a finite number >= 1, got {}",
-                self.backoff_multiplier
-            )));
+            return Err(Error::invalid(
+                "backoff_multiplier",
+                format!("{}", self.backoff_multiplier),
+                "a finite number of at least 1",
+            ));
         }
         if self.max_delay > MAX_DELAY_LIMIT {
-            return Err(Error::InvalidConfig(format!(
-                "max_delay ({:?}) must not exceed 365 days",
-                self.max_delay
-            )));
+            return Err(Error::invalid(
+                "max_delay",
+                format!("{:?}", self.max_delay),
+                "at most 365 days",
+            ));
         }
         if self.max_delay < self.base_delay {
-            return Err(Error::InvalidConfig(format!(
-                "max_delay ({:?}) must not be below base_delay ({:?})",
-                self.max_delay, self.base_delay
-            )));
+            return Err(Error::invalid(
+                "max_delay",
+                format!(
+                    "{:?}, below base_delay {:?}",
+                    self.max_delay, self.base_delay
+                ),
+                "at least base_delay, at most 365 days",
+            ));
         }
         Ok(())
     }
@@ -262,7 +268,7 @@ mod tests {
             backoff_multiplier: 0.5,
             ..RetryPolicy::default()
         };
-        assert!(matches!(p.validate(), Err(Error::InvalidConfig(_))));
+        assert!(matches!(p.validate(), Err(Error::Invalid(_))));
         let p = RetryPolicy {
             backoff_multiplier: f64::NAN,
             ..RetryPolicy::default()

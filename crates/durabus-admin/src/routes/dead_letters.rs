@@ -135,12 +135,7 @@ fn statuses(text: Option<&str>) -> ApiResult<Vec<DeadLetterStatus>> {
         t.split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .map(|s| {
-                s.parse::<DeadLetterStatus>().map_err(|e| {
-                    ApiError::validation(e.to_string())
-                        .with_details(serde_json::json!({ "field": "status", "value": s }))
-                })
-            })
+            .map(|s| s.parse::<DeadLetterStatus>().map_err(ApiError::from))
             .collect()
     })
     .unwrap_or_else(|| Ok(Vec::new()))
@@ -302,15 +297,19 @@ pub(crate) async fn bulk(
         (BulkAction::Purge, None) => Action::Purge,
         (BulkAction::Resolve, Some(note)) => Action::Resolve { note },
         (BulkAction::Resolve, None) => {
-            return Err(
-                ApiError::validation("resolving dead letters needs a note that says why")
-                    .with_details(serde_json::json!({ "field": "note" })),
-            );
+            return Err(ApiError::invalid(
+                "note",
+                "resolving dead letters needs a note that says why",
+                "1 to 2000 bytes of text",
+            ));
         }
         (BulkAction::Abandon, note) => Action::Abandon { note },
         (BulkAction::Retry | BulkAction::Purge, Some(_)) => {
-            return Err(ApiError::validation("only resolve and abandon take a note")
-                .with_details(serde_json::json!({ "field": "note" })));
+            return Err(ApiError::invalid(
+                "note",
+                "only resolve and abandon take a note",
+                "no note for retry and purge",
+            ));
         }
     };
     let request = BulkRequest {

@@ -51,12 +51,7 @@ pub(crate) async fn list(
     let status = q
         .status
         .as_deref()
-        .map(|s| {
-            s.parse::<EventStatus>().map_err(|e| {
-                ApiError::validation(e.to_string())
-                    .with_details(serde_json::json!({ "field": "status", "value": s }))
-            })
-        })
+        .map(|s| s.parse::<EventStatus>().map_err(ApiError::from))
         .transpose()?;
     let n = limit(q.limit, 100, 1000)?;
     let offset = q.offset.unwrap_or(0);

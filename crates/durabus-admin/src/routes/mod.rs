@@ -133,9 +133,10 @@ pub(crate) fn limit(given: Option<u32>, default: u32, max: u32) -> Result<u32, A
     match given {
         None => Ok(default),
         Some(n) if (1..=max).contains(&n) => Ok(n),
-        Some(n) => Err(
-            ApiError::validation(format!("limit is 1 to {max}, not {n}"))
-                .with_details(serde_json::json!({ "field": "limit", "max": max })),
-        ),
+        Some(n) => Err(ApiError::invalid(
+            "limit",
+            format!("{n}"),
+            format!("1 to {max}"),
+        )),
     }
 }

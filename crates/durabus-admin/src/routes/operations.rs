@@ -36,22 +36,12 @@ pub(crate) async fn list(
     let status = q
         .status
         .as_deref()
-        .map(|s| {
-            s.parse::<OperationStatus>().map_err(|e| {
-                ApiError::validation(e.to_string())
-                    .with_details(serde_json::json!({ "field": "status", "value": s }))
-            })
-        })
+        .map(|s| s.parse::<OperationStatus>().map_err(ApiError::from))
         .transpose()?;
     let kind = q
         .kind
         .as_deref()
-        .map(|k| {
-            k.parse::<durabus::OperationKind>().map_err(|e| {
-                ApiError::validation(e.to_string())
-                    .with_details(serde_json::json!({ "field": "kind", "value": k }))
-            })
-        })
+        .map(|k| k.parse::<durabus::OperationKind>().map_err(ApiError::from))
         .transpose()?;
     let n = limit(q.limit, 50, 1000)?;
     Ok(axum::Json(

@@ -88,10 +88,11 @@ pub(crate) async fn start(
     Json(body): Json<ReplayBody>,
 ) -> ApiResult<Response> {
     if body.unthrottled && body.rate_limit.is_some() {
-        return Err(
-            ApiError::validation("give rate_limit or unthrottled, not both")
-                .with_details(serde_json::json!({ "field": "rate_limit" })),
-        );
+        return Err(ApiError::invalid(
+            "rate_limit",
+            "given with unthrottled",
+            "rate_limit or unthrottled, not both",
+        ));
     }
     let request = ReplayRequest {
         selection: ReplaySelection {

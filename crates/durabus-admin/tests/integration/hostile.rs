@@ -268,12 +268,15 @@ async fn malformed_values_get_a_4xx_with_the_error_shape(api: &Api) {
         "{}",
         got.1
     );
+    let details = &got.1["error"]["details"];
     assert!(
-        got.1["error"]["details"]["problem"]
-            .as_str()
-            .unwrap()
-            .contains("RFC 3339"),
-        "{}",
+        details["problem"].as_str().unwrap().contains("-1000"),
+        "the problem names the value: {}",
+        got.1
+    );
+    assert!(
+        details["accepted"].as_str().unwrap().contains("RFC 3339"),
+        "what is accepted: {}",
         got.1
     );
     // Still serving.

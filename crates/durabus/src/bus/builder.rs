@@ -268,8 +268,10 @@ impl BusBuilder {
         self.config.validate()?;
         let store: Arc<dyn Store> = match self.source {
             Source::None => {
-                return Err(Error::InvalidConfig(
-                    "no store chosen: call .sqlite(path) or .store(store) on the builder".into(),
+                return Err(Error::invalid(
+                    "store",
+                    "no store chosen",
+                    "call .database(url_or_path), .sqlite(path), .postgres(url) or .store(store) on the builder",
                 ));
             }
             #[cfg(feature = "sqlite")]
@@ -283,9 +285,7 @@ impl BusBuilder {
             Source::Postgres(url, options) => {
                 #[cfg(feature = "sqlite")]
                 if self.durability.is_some() {
-                    return Err(Error::InvalidConfig(
-                        "durability() applies to SQLite; PostgreSQL commits follow its own synchronous_commit setting".into(),
-                    ));
+                    return Err(pg_durability());
                 }
                 Arc::new(PgStore::connect(&url, options).await?)
             }
@@ -293,18 +293,24 @@ impl BusBuilder {
             Source::PgPool(pool, options) => {
                 #[cfg(feature = "sqlite")]
                 if self.durability.is_some() {
-                    return Err(Error::InvalidConfig(
-                        "durability() applies to SQLite; PostgreSQL commits follow its own synchronous_commit setting".into(),
-                    ));
+                    return Err(pg_durability());
                 }
                 Arc::new(PgStore::from_pool(pool, options).await?)
             }
-            Source::Unsupported(why) => return Err(Error::InvalidConfig(why)),
+            Source::Unsupported(why) => {
+                return Err(Error::invalid(
+                    "database",
+                    why,
+                    "a store this build has (features `sqlite`, `postgres`)",
+                ));
+            }
             Source::Store(store) => {
                 #[cfg(feature = "sqlite")]
                 if self.durability.is_some() {
-                    return Err(Error::InvalidConfig(
-                        "durability() applies to a store the builder opens; set it in the options of the store passed to store()".into(),
+                    return Err(Error::invalid(
+                        "durability",
+                        "set on the builder of a store passed to store()",
+                        "durability on a store the builder opens; for a store passed in, its own options' durability",
                     ));
                 }
                 store
@@ -324,4 +330,14 @@ impl BusBuilder {
         }
         Ok(bus)
     }
+}
+
+/// Durability asked of a PostgreSQL store.
+#[cfg(all(feature = "sqlite", feature = "postgres"))]
+fn pg_durability() -> Error {
+    Error::invalid(
+        "durability",
+        "set for PostgreSQL, whose commits follow its own synchronous_commit setting",
+        "durability on an SQLite store only",
+    )
 }

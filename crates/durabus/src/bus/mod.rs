@@ -177,7 +177,7 @@ impl EventBus {
 
     /// An [`Outbox`](crate::Outbox) for publishing inside the application's own SQLite
     /// transactions, on this bus's tables, clock and payload limit. Fails with
-    /// [`Error::InvalidConfig`] when the bus's store is not SQLite.
+    /// [`Error::Invalid`] when the bus's store is not SQLite.
     #[cfg(feature = "sqlite")]
     pub fn outbox(&self) -> Result<crate::Outbox> {
         match self.store().backend() {
@@ -187,16 +187,17 @@ impl EventBus {
                 .max_payload_bytes(self.config().max_payload_bytes)
                 .observed(self.dispatcher().published().clone())),
             #[allow(unreachable_patterns)]
-            _ => Err(Error::InvalidConfig(
-                "the outbox writes through a SQLite connection; this bus's store is not SQLite"
-                    .into(),
+            _ => Err(Error::invalid(
+                "store",
+                "the outbox writes through a SQLite connection; this bus's store is not SQLite",
+                "a bus on SQLite (pg_outbox() on PostgreSQL)",
             )),
         }
     }
 
     /// A [`PgOutbox`](crate::store::postgres::PgOutbox) for publishing inside the
     /// application's own `sqlx` PostgreSQL transactions, on this bus's schema and payload
-    /// limit. Fails with [`Error::InvalidConfig`] when the bus's store is not PostgreSQL.
+    /// limit. Fails with [`Error::Invalid`] when the bus's store is not PostgreSQL.
     #[cfg(feature = "postgres")]
     pub fn pg_outbox(&self) -> Result<crate::store::postgres::PgOutbox> {
         match self.store().backend() {
@@ -205,8 +206,10 @@ impl EventBus {
                 .max_payload_bytes(self.config().max_payload_bytes)
                 .observed(self.dispatcher().published().clone())),
             #[allow(unreachable_patterns)]
-            _ => Err(Error::InvalidConfig(
-                "this bus's store is not PostgreSQL".into(),
+            _ => Err(Error::invalid(
+                "store",
+                "this bus's store is not PostgreSQL",
+                "a bus on PostgreSQL (outbox() on SQLite)",
             )),
         }
     }
@@ -253,7 +256,7 @@ impl EventBus {
     /// Registers `handler` for event types matching `pattern` and stores the subscription row.
     /// Returns the subscription id. Patterns may name the bus's own events (`system.*`).
     ///
-    /// Fails with [`Error::InvalidPattern`], [`Error::InvalidConfig`] (a zero timeout, a bad
+    /// Fails with [`Error::InvalidPattern`], [`Error::Invalid`] (a zero timeout, a bad
     /// retry override, a name already in use) or [`Error::Shutdown`].
     pub async fn subscribe<H: Handler>(
         &self,
@@ -266,8 +269,10 @@ impl EventBus {
         let config = self.config();
         let timeout = options.timeout.unwrap_or(config.handler_timeout);
         if timeout.is_zero() {
-            return Err(Error::InvalidConfig(
-                "subscription timeout must be above zero".into(),
+            return Err(Error::invalid(
+                "timeout",
+                "a subscription's timeout is zero",
+                "a duration above zero",
             ));
         }
         if let Some(o) = &options.retry {
@@ -277,14 +282,18 @@ impl EventBus {
         let _one_at_a_time = self.inner.life.subscribing.lock().await;
         if let Some(name) = &options.name {
             if name.trim().is_empty() {
-                return Err(Error::InvalidConfig(
-                    "subscription name must not be empty".into(),
+                return Err(Error::invalid(
+                    "name",
+                    "a subscription's name is empty",
+                    "a non-blank name, unique on the bus",
                 ));
             }
             if registry.has_key(name) {
-                return Err(Error::InvalidConfig(format!(
-                    "a subscription named {name:?} already exists on this bus; names must be unique"
-                )));
+                return Err(Error::invalid(
+                    "name",
+                    format!("a subscription named {name:?} already exists on this bus"),
+                    "a name unique on the bus",
+                ));
             }
         }
         let id = uuid::Uuid::now_v7().to_string();

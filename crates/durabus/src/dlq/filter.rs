@@ -40,17 +40,21 @@ impl DeadLetterFilter {
         if let (Some(from), Some(before)) = (self.created_from, self.created_before)
             && from >= before
         {
-            return Err(Error::InvalidConfig(format!(
-                "empty time range: from ({from}) must be before to ({before})"
-            )));
+            return Err(Error::invalid(
+                "to",
+                format!("an empty time range: from {from} is not before {before}"),
+                "a time after from",
+            ));
         }
         if self
             .group
             .as_ref()
             .is_some_and(|g| g.is_empty() || g.len() > 64)
         {
-            return Err(Error::InvalidConfig(
-                "a group is a fingerprint of 1 to 64 characters".into(),
+            return Err(Error::invalid(
+                "group",
+                "not a failure group's fingerprint",
+                "a fingerprint of 1 to 64 characters, as dlq groups lists them",
             ));
         }
         Ok(())
@@ -132,10 +136,11 @@ impl Keyset {
     /// Refuses a page over [`MAX_PAGE`].
     pub fn validate(&self) -> Result<()> {
         if self.limit > MAX_PAGE {
-            return Err(Error::InvalidConfig(format!(
-                "a page holds at most {MAX_PAGE} records, not {}",
-                self.limit
-            )));
+            return Err(Error::invalid(
+                "limit",
+                format!("{} records in a page", self.limit),
+                format!("1 to {MAX_PAGE}"),
+            ));
         }
         Ok(())
     }

@@ -178,8 +178,10 @@ impl Action {
         let note = match self {
             Action::Resolve { note } => {
                 if note.trim().is_empty() {
-                    return Err(Error::InvalidConfig(
-                        "resolving a dead letter needs a note that says why".into(),
+                    return Err(Error::invalid(
+                        "note",
+                        "resolving a dead letter needs a note that says why",
+                        "1 to 2000 bytes of text",
                     ));
                 }
                 Some(note)
@@ -188,8 +190,10 @@ impl Action {
             _ => None,
         };
         if note.is_some_and(|n| n.len() > 2000) {
-            return Err(Error::InvalidConfig(
-                "a note must be at most 2000 bytes".into(),
+            return Err(Error::invalid(
+                "note",
+                format!("{} bytes", note.map_or(0, |n| n.len())),
+                "at most 2000 bytes",
             ));
         }
         Ok(())

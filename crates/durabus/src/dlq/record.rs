@@ -62,9 +62,11 @@ impl FromStr for DeadLetterStatus {
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "unknown dead-letter status {s:?}; expected pending, retrying, resolved or abandoned"
-                ))
+                Error::invalid(
+                    "status",
+                    format!("{s:?} is not a dead-letter status"),
+                    "pending, retrying, resolved or abandoned",
+                )
             })
     }
 }

@@ -71,9 +71,10 @@ impl BulkRequest {
         self.filter.validate()?;
         self.action.validate()?;
         if self.filter.is_empty() && !self.all {
-            return Err(Error::InvalidConfig(
-                "the filter selects every dead letter; say `all` explicitly to act on all of them"
-                    .into(),
+            return Err(Error::invalid(
+                "filter",
+                "the filter selects every dead letter",
+                "a filter on status, type, group or time, or `all` to act on every dead letter",
             ));
         }
         Ok(())
@@ -142,7 +143,7 @@ impl DeadLetters {
     }
 
     /// Records matching `filter`, newest first, one keyset page. Fails with
-    /// [`Error::InvalidConfig`] for a bad filter or page size.
+    /// [`Error::Invalid`] for a bad filter or page size.
     pub async fn list(&self, filter: DeadLetterFilter, page: Keyset) -> Result<DeadLetterPage> {
         filter.validate()?;
         page.validate()?;
@@ -190,7 +191,7 @@ impl DeadLetters {
 
     /// Applies `action` to one record. Returns the record after it (`None` after a purge).
     /// Fails with [`Error::NotFound`], [`Error::Conflict`] (the record's status does not
-    /// allow it) or [`Error::InvalidConfig`] (a resolve without a note).
+    /// allow it) or [`Error::Invalid`] (a resolve without a note).
     pub async fn act(
         &self,
         id: EventId,
@@ -275,7 +276,7 @@ impl DeadLetters {
     /// Submits a bulk action as a durable operation, `pending`: its selection is frozen now
     /// (records that die later are not in it). Run it with
     /// [`Operations::run`](crate::Operations::run) (a started bus runs submitted
-    /// operations itself). Fails with [`Error::InvalidConfig`] for a bad request, an empty
+    /// operations itself). Fails with [`Error::Invalid`] for a bad request, an empty
     /// filter without `all`, or a resolve without a note.
     pub async fn submit(&self, request: &BulkRequest, actor: &Actor) -> Result<Operation> {
         request.validate()?;

@@ -78,10 +78,11 @@ impl FromStr for OperationKind {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "unknown operation kind {s:?}; expected one of {}",
-                    OPERATION_KINDS.join(", ")
-                ))
+                Error::invalid(
+                    "kind",
+                    format!("{s:?} is not an operation kind"),
+                    OPERATION_KINDS.join(", "),
+                )
             })
     }
 }

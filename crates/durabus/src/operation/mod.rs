@@ -93,9 +93,11 @@ impl FromStr for OperationStatus {
             .into_iter()
             .find(|st| st.as_str() == s)
             .ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "unknown operation status {s:?}; expected pending, running, completed, failed or cancelled"
-                ))
+                Error::invalid(
+                    "status",
+                    format!("{s:?} is not an operation status"),
+                    "pending, running, completed, failed or cancelled",
+                )
             })
     }
 }

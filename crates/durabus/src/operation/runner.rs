@@ -309,10 +309,14 @@ impl Runner {
         };
         let work = match kinds.get(op.kind) {
             Some(kind) => kind.work(&op, ctx.clone()),
-            None => Err(Error::InvalidConfig(format!(
-                "operation {id} is of kind {}, which this runner cannot run",
-                op.kind
-            ))),
+            None => Err(Error::invalid(
+                "kind",
+                format!(
+                    "operation {id} is of kind {}, which this runner cannot run",
+                    op.kind
+                ),
+                "a kind registered with the runner",
+            )),
         };
         let mut work = match work {
             Ok(work) => work,

@@ -54,9 +54,11 @@ pub fn validate_stage(stage: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::InvalidConfig(format!(
-            "stage {stage:?} must be 1 to 64 letters, digits, '_', '-' or '.'"
-        )))
+        Err(Error::invalid(
+            "stages",
+            format!("{stage:?} is not a stage name"),
+            "1 to 64 letters, digits, '_', '-' or '.' (or * for every stage)",
+        ))
     }
 }
 
@@ -85,8 +87,10 @@ impl PayloadConfig {
     /// a bad JSON path.
     pub fn validate(&self) -> Result<()> {
         if self.event_type.trim().is_empty() {
-            return Err(Error::InvalidConfig(
-                "a payload configuration needs an event type (or * for the default)".into(),
+            return Err(Error::invalid(
+                "event_type",
+                "a payload configuration without an event type",
+                "an event type, or * for the default",
             ));
         }
         if self.event_type != ANY_TYPE {
@@ -107,10 +111,11 @@ impl PayloadConfig {
 /// A retention given as a signed number (as the API and CLI read it): refused when negative.
 pub fn retention_days(days: i64) -> Result<u32> {
     u32::try_from(days).map_err(|_| {
-        Error::InvalidConfig(format!(
-            "retention must be 0 or more days (at most {}), not {days}",
-            u32::MAX
-        ))
+        Error::invalid(
+            "retention_days",
+            format!("{days} days"),
+            format!("0 to {} days", u32::MAX),
+        )
     })
 }
 

@@ -27,13 +27,15 @@ pub struct JsonPath {
 }
 
 impl JsonPath {
-    /// Parses a path. Fails with [`Error::InvalidConfig`] for one that does not start at `$`,
+    /// Parses a path. Fails with [`Error::Invalid`] for one that does not start at `$`,
     /// is empty after it, or has a malformed step.
     pub fn parse(text: &str) -> Result<JsonPath> {
         let bad = |why: &str| {
-            Error::InvalidConfig(format!(
-                "JSON path {text:?}: {why}; write it like $.card.number or $.items[*].sku"
-            ))
+            Error::invalid(
+                "redact",
+                format!("JSON path {text:?}: {why}"),
+                "a path from $, such as $.card.number or $.items[*].sku",
+            )
         };
         let rest = text
             .trim()

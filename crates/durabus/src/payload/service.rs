@@ -129,7 +129,7 @@ impl Payloads {
 
     /// Sets the configuration of `event_type` (`*` for the default), replacing its row; it
     /// applies at once in this process and within [`CONFIG_REFRESH`](super::CONFIG_REFRESH) in others. Fails with
-    /// [`Error::InvalidConfig`] for an empty type, a negative retention, a bad stage or path.
+    /// [`Error::Invalid`] for an empty type, a negative retention, a bad stage or path.
     pub async fn set_config(
         &self,
         event_type: &str,
@@ -155,7 +155,7 @@ impl Payloads {
     /// Changes only what `change` names in the configuration of `event_type` (a type without a
     /// row of its own starts from the built-in default: every stage, 14 days, nothing
     /// redacted); its other settings, its redaction rules among them, stay as they were.
-    /// Fails with [`Error::InvalidConfig`] for a change that names nothing, drops a rule the
+    /// Fails with [`Error::Invalid`] for a change that names nothing, drops a rule the
     /// type does not have, or makes the row invalid.
     pub async fn update_config(
         &self,
@@ -164,9 +164,11 @@ impl Payloads {
         actor: &Actor,
     ) -> Result<PayloadConfig> {
         if change.is_empty() {
-            return Err(Error::InvalidConfig(format!(
-                "nothing to change in the payload configuration of {event_type:?}: give stages, retention days, redaction rules to add or remove, or redact-before-store"
-            )));
+            return Err(Error::invalid(
+                "change",
+                format!("nothing to change in the payload configuration of {event_type:?}"),
+                "stages, retention days, redaction rules to add or remove, or redact-before-store",
+            ));
         }
         let event_type = event_type.trim();
         let current = self
@@ -200,14 +202,15 @@ impl Payloads {
             let before = input.redact.len();
             input.redact.retain(|p| p != path);
             if input.redact.len() == before && !change.redact_clear {
-                return Err(Error::InvalidConfig(format!(
-                    "{event_type:?} has no redaction rule {path:?} to remove; its rules: {}",
+                return Err(Error::invalid(
+                    "redact_remove",
+                    format!("{event_type:?} has no redaction rule {path:?} to remove"),
                     if input.redact.is_empty() {
-                        "none".to_owned()
+                        "none: the type has no rules".to_owned()
                     } else {
-                        input.redact.join(", ")
-                    }
-                )));
+                        format!("one of its rules: {}", input.redact.join(", "))
+                    },
+                ));
             }
         }
         for path in change.redact_add {
@@ -299,19 +302,23 @@ impl Payloads {
     }
 
     /// Soft-deletes every snapshot of an event: the bytes are cleared, the rows stay with who,
-    /// when and why. Returns how many. Fails with [`Error::InvalidConfig`] without a reason,
+    /// when and why. Returns how many. Fails with [`Error::Invalid`] without a reason,
     /// [`Error::NotFound`] when the event has no snapshot holding bytes.
     pub async fn delete(&self, event_id: EventId, reason: &str, actor: &Actor) -> Result<u64> {
         actor.validate()?;
         let reason = reason.trim();
         if reason.is_empty() {
-            return Err(Error::InvalidConfig(
-                "deleting payloads needs a reason (it is kept for the audit)".into(),
+            return Err(Error::invalid(
+                "reason",
+                "deleting payloads needs a reason (it is kept for the audit)",
+                "1 to 255 bytes of text",
             ));
         }
         if reason.len() > 255 {
-            return Err(Error::InvalidConfig(
-                "the reason must be at most 255 bytes".into(),
+            return Err(Error::invalid(
+                "reason",
+                format!("{} bytes", reason.len()),
+                "1 to 255 bytes of text",
             ));
         }
         let n = self

@@ -106,33 +106,38 @@ impl ReplaySelection {
     }
 
     /// Checks the selection: a start or ids (or `all`), an empty time range, bad patterns,
-    /// too many ids or patterns. Fails with [`Error::InvalidConfig`] or
+    /// too many ids or patterns. Fails with [`Error::Invalid`] or
     /// [`Error::InvalidPattern`].
     pub fn validate(&self) -> Result<()> {
         if self.from.is_none() && self.ids.is_empty() && !self.all {
-            return Err(Error::InvalidConfig(
-                "a replay needs a start time (from) or event ids; to replay every stored event, say all"
-                    .into(),
+            return Err(Error::invalid(
+                "from",
+                "a replay without a start time, event ids or all",
+                "a start time (from), event ids, or all to replay every stored event",
             ));
         }
         if let (Some(from), Some(to)) = (self.from, self.to)
             && from >= to
         {
-            return Err(Error::InvalidConfig(format!(
-                "empty time range: from ({from}) must be before to ({to})"
-            )));
+            return Err(Error::invalid(
+                "to",
+                format!("an empty time range: from {from} is not before {to}"),
+                "a time after from",
+            ));
         }
         if self.ids.len() > MAX_IDS {
-            return Err(Error::InvalidConfig(format!(
-                "a replay lists at most {MAX_IDS} ids, not {}; select by time range and type instead",
-                self.ids.len()
-            )));
+            return Err(Error::invalid(
+                "ids",
+                format!("{} ids", self.ids.len()),
+                format!("at most {MAX_IDS} ids; select by time range and type instead"),
+            ));
         }
         if self.types.len() > MAX_TYPES {
-            return Err(Error::InvalidConfig(format!(
-                "a replay lists at most {MAX_TYPES} type patterns, not {}",
-                self.types.len()
-            )));
+            return Err(Error::invalid(
+                "types",
+                format!("{} type patterns", self.types.len()),
+                format!("at most {MAX_TYPES} patterns"),
+            ));
         }
         for t in &self.types {
             Pattern::new(t)?;
@@ -205,9 +210,11 @@ impl ReplayRequest {
         if let Some(rate) = self.rate_limit
             && !(1..=MAX_RATE).contains(&rate)
         {
-            return Err(Error::InvalidConfig(format!(
-                "a rate limit is 1 to {MAX_RATE} events/s, not {rate}; leave it out for an unthrottled replay"
-            )));
+            return Err(Error::invalid(
+                "rate_limit",
+                format!("{rate} events/s"),
+                format!("1 to {MAX_RATE} events/s, or none for an unthrottled replay"),
+            ));
         }
         Ok(())
     }

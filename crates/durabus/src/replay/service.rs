@@ -55,7 +55,7 @@ impl Replays {
     }
 
     /// What `selection` covers now: the count, per type, and the first [`SAMPLES`] events.
-    /// Fails with [`Error::InvalidConfig`] (or [`Error::InvalidPattern`]) for a bad selection.
+    /// Fails with [`Error::Invalid`] (or [`Error::InvalidPattern`]) for a bad selection.
     pub async fn preview(&self, selection: &ReplaySelection) -> Result<ReplayPreview> {
         selection.validate()?;
         let now = self.clock.now();
@@ -133,7 +133,7 @@ impl Replays {
 
     /// Submits a replay that re-publishes its selection, `pending`: the selection is frozen
     /// now. Any runner may run it: a started bus does, or [`run`](Self::run). Fails with
-    /// [`Error::InvalidConfig`] for a bad request.
+    /// [`Error::Invalid`] for a bad request.
     pub async fn submit(&self, request: &ReplayRequest, actor: &Actor) -> Result<Operation> {
         self.submit_with(request, actor, &ReplayHooks::default())
             .await

@@ -39,27 +39,31 @@ fn a_selection_needs_a_start_ids_or_all() {
 
 #[test]
 fn bad_selections_are_refused_with_the_reason() {
+    let field = |e: crate::Error| e.invalid_value().map(|v| (v.field, v.problem, v.accepted));
     let empty_range = ReplaySelection::range(Timestamp(10), Some(Timestamp(10)));
-    assert!(
-        empty_range
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("empty time range")
-    );
+    let (f, problem, accepted) = field(empty_range.validate().unwrap_err()).unwrap();
+    assert_eq!(f, "to");
+    assert!(problem.contains("empty time range"), "{problem}");
+    assert_eq!(accepted, "a time after from");
     let bad_type = ReplaySelection::range(Timestamp(0), None).types(["order..x"]);
-    assert_eq!(
-        bad_type.validate().unwrap_err().kind(),
-        ErrorKind::InvalidInput
-    );
+    let e = bad_type.validate().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput);
+    assert_eq!(field(e).unwrap().0, "pattern");
     let many = ReplaySelection::ids((0..=MAX_IDS).map(|_| EventId::new()));
-    assert!(many.validate().unwrap_err().to_string().contains("at most"));
-    let rate = ReplayRequest::new(ReplaySelection::range(Timestamp(0), None)).rate_limit(0);
+    let (f, problem, accepted) = field(many.validate().unwrap_err()).unwrap();
+    assert_eq!(f, "ids");
+    assert_eq!(problem, format!("{} ids", MAX_IDS + 1));
     assert!(
-        rate.validate()
-            .unwrap_err()
-            .to_string()
-            .contains("rate limit")
+        accepted.starts_with(&format!("at most {MAX_IDS} ids")),
+        "{accepted}"
+    );
+    let rate = ReplayRequest::new(ReplaySelection::range(Timestamp(0), None)).rate_limit(0);
+    let e = rate.validate().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "rate_limit: 0 events/s; accepted: 1 to {MAX_RATE} events/s, or none for an unthrottled replay"
+        )
     );
 }
 

@@ -67,7 +67,7 @@ pub struct SchedulerConfig {
 }
 
 impl SchedulerConfig {
-    /// Checks every schedule: fails with [`Error::InvalidConfig`] for one that is not a cron
+    /// Checks every schedule: fails with [`Error::Invalid`] for one that is not a cron
     /// expression.
     pub fn validate(&self) -> Result<()> {
         for (name, c) in self.named() {
@@ -144,10 +144,11 @@ struct Job {
 
 fn parse(name: &str, config: &JobConfig) -> Result<croner::Cron> {
     croner::Cron::from_str(&config.schedule).map_err(|e| {
-        Error::InvalidConfig(format!(
-            "job {name}: {:?} is not a cron expression: {e}",
-            config.schedule
-        ))
+        Error::invalid(
+            format!("jobs.{name}.schedule"),
+            format!("{:?} is not a cron expression: {e}", config.schedule),
+            "a cron expression of 5 or 6 fields, such as \"*/15 * * * *\"",
+        )
     })
 }
 
@@ -191,7 +192,7 @@ impl std::fmt::Debug for Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler on `store` and `clock`. Fails with [`Error::InvalidConfig`] for a schedule
+    /// A scheduler on `store` and `clock`. Fails with [`Error::Invalid`] for a schedule
     /// that is not a cron expression.
     pub fn new(
         store: Arc<dyn Store>,

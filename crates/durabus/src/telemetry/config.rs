@@ -37,10 +37,11 @@ impl MetricsConfig {
         let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
             && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !ok {
-            return Err(Error::InvalidConfig(format!(
-                "metrics prefix {:?}: letters, digits and _, starting with a letter",
-                self.prefix
-            )));
+            return Err(Error::invalid(
+                "metrics.prefix",
+                format!("{:?} is not a metric name prefix", self.prefix),
+                "letters, digits and '_', starting with a letter",
+            ));
         }
         Ok(())
     }

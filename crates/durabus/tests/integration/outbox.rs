@@ -278,7 +278,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
     );
     assert!(matches!(
         Outbox::with_prefix("bad-prefix"),
-        Err(Error::InvalidConfig(_))
+        Err(Error::Invalid(_))
     ));
     bus.shutdown().await.unwrap();
 }
@@ -299,7 +299,7 @@ async fn bad_store_options_are_refused() {
         let err = durabus::SqliteStore::open(&path, options)
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+        assert!(matches!(err, Error::Invalid(_)), "{err}");
     }
 }
 

@@ -117,6 +117,6 @@ async fn a_wal_limit_below_one_mebibyte_is_refused() {
     )
     .await
     .unwrap_err();
-    assert!(matches!(err, Error::InvalidConfig(_)), "{err:?}");
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
     assert!(err.to_string().contains("wal_limit"), "{err}");
 }

@@ -28,6 +28,7 @@ both!(
     replays_preview_dry_run_start_follow_and_cancel,
     jobs_subscriptions_stats_metrics_and_health,
     a_closed_store_answers_503_without_its_cause,
+    every_refused_value_names_its_field_problem_and_accepted_range,
 );
 
 /// Fills a route's path parameters with well-formed values.

@@ -232,3 +232,114 @@ pub(super) async fn cors_is_off_unless_origins_are_configured() {
     );
     api.finish().await;
 }
+
+/// Every refused value names its field, what is wrong with it and what is accepted, whether
+/// the library refused it, the route, a query parameter, a path parameter or the body's shape.
+pub(super) async fn every_refused_value_names_its_field_problem_and_accepted_range(api: &Api) {
+    let details = |got: &(StatusCode, Value), status: StatusCode, field: &str| {
+        assert_eq!(got.0, status, "{}", got.1);
+        let d = &got.1["error"]["details"];
+        assert_eq!(d["field"], field, "{}", got.1);
+        for key in ["problem", "accepted"] {
+            assert!(
+                d[key].as_str().is_some_and(|s| !s.is_empty()),
+                "{key} missing: {}",
+                got.1
+            );
+        }
+        let message = got.1["error"]["message"].as_str().unwrap();
+        assert!(!message.contains("invalid configuration"), "{message}");
+        d.clone()
+    };
+    // The route's own range.
+    let d = details(
+        &api.get("/api/v2/dead-letters?limit=5000").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "limit",
+    );
+    assert_eq!(
+        (d["problem"].as_str(), d["accepted"].as_str()),
+        (Some("5000"), Some("1 to 1000"))
+    );
+    // A query parameter that cannot be read.
+    let d = details(
+        &api.get("/api/v2/dead-letters?limit=-1").await,
+        StatusCode::BAD_REQUEST,
+        "limit",
+    );
+    assert!(d["problem"].as_str().unwrap().contains("-1"), "{d}");
+    // A status the library does not know.
+    let d = details(
+        &api.get("/api/v2/events?status=finished").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "status",
+    );
+    assert_eq!(d["accepted"], "pending, processing, done or dlq");
+    // A path parameter.
+    details(
+        &api.get("/api/v2/dead-letters/not-a-uuid").await,
+        StatusCode::BAD_REQUEST,
+        "id",
+    );
+    // A missing field of the body, and one of the wrong type.
+    let d = details(
+        &api.post(
+            "/api/v2/replay",
+            json!({"mode": "preview", "from": "2026-01-01T00:00:00Z", "rate_limit": "fast"}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "rate_limit",
+    );
+    assert!(d["accepted"].as_str().unwrap().contains("u32"), "{d}");
+    details(
+        &api.post("/api/v2/dead-letters/bulk", json!({"all": true}))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "action",
+    );
+    let d = details(
+        &api.post("/api/v2/dead-letters/bulk/preview", json!({"all": true}))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "all",
+    );
+    assert_eq!(d["problem"], "unknown field `all`");
+    // Refused by the library's rules.
+    let d = details(
+        &api.post(
+            "/api/v2/replay",
+            json!({"mode": "run", "from": "2026-01-01T00:00:00Z", "rate_limit": 0}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "rate_limit",
+    );
+    assert_eq!(d["problem"], "0 events/s");
+    let d = details(
+        &api.post("/api/v2/replay", json!({"mode": "preview", "from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "to",
+    );
+    assert_eq!(d["accepted"], "a time after from");
+    details(
+        &api.call(
+            Method::PUT,
+            "/api/v2/payload-config/order.created",
+            Some(ADMIN),
+            Some(json!({"stages": ["no spaces"], "retention_days": 7})),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "stages",
+    );
+    details(
+        &api.post(
+            "/api/v2/replay",
+            json!({"mode": "preview", "from": "2026-01-01T00:00:00Z", "types": ["order..x"]}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "pattern",
+    );
+}

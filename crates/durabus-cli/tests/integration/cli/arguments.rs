@@ -42,7 +42,11 @@ fn bad_arguments_are_refused() {
     assert!(stderr(&o).contains("invalid id"));
     let o = durabus(&db, &["events", "list", "--status", "finished"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("unknown status"));
+    assert!(
+        stderr(&o).contains("status: \"finished\" is not an event status; accepted: pending, processing, done or dlq"),
+        "{}",
+        stderr(&o)
+    );
     assert_one_line_failure(
         &durabus(
             &db,

@@ -342,7 +342,7 @@ fn a_replay_is_previewed_dry_run_and_run_from_the_cli() {
     // Bad requests: one line each.
     assert_one_line_failure(
         &durabus(&db, &["replay", "start", "--type", "order.*"]),
-        "say all",
+        "accepted: a start time (from), event ids, or all",
     );
     assert_one_line_failure(&run(with(&["--rate", "0", "--yes"])), "rate");
     assert_one_line_failure(&durabus(&db, &["replay", "status", "nope"]), "not found");

@@ -114,19 +114,25 @@ impl PgStore {
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore> {
         validate_schema(&options.schema)?;
         if options.lease < Duration::from_millis(30) {
-            return Err(Error::InvalidConfig(
-                "lease must be at least 30 ms (heartbeats renew it every third of it)".into(),
+            return Err(Error::invalid(
+                "lease",
+                format!("{:?}", options.lease),
+                "at least 30 ms (heartbeats renew it every third of it)",
             ));
         }
         if options.max_connections < 2 {
-            return Err(Error::InvalidConfig(
-                "max_connections must be at least 2".into(),
+            return Err(Error::invalid(
+                "max_connections",
+                format!("{}", options.max_connections),
+                "at least 2",
             ));
         }
         let bad_url = |c| {
-            Error::InvalidConfig(format!(
-                "bad PostgreSQL URL: {c}; expected postgres://user@host:port/database"
-            ))
+            Error::invalid(
+                "database",
+                format!("not a PostgreSQL URL: {c}"),
+                "postgres://user@host:port/database",
+            )
         };
         let worker = worker_identity();
         let schema = options.schema.clone();
@@ -173,8 +179,10 @@ impl PgStore {
     pub async fn from_pool(pool: PgPool, options: PgOptions) -> Result<PgStore> {
         validate_schema(&options.schema)?;
         if options.lease < Duration::from_millis(30) {
-            return Err(Error::InvalidConfig(
-                "lease must be at least 30 ms (heartbeats renew it every third of it)".into(),
+            return Err(Error::invalid(
+                "lease",
+                format!("{:?}", options.lease),
+                "at least 30 ms (heartbeats renew it every third of it)",
             ));
         }
         PgStore::with_pool(pool, options, worker_identity(), false).await

@@ -59,9 +59,11 @@ pub fn validate_schema(schema: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::InvalidConfig(format!(
-            "schema {schema:?} must be 1 to 48 ASCII letters, digits or '_', not starting with a digit"
-        )))
+        Err(Error::invalid(
+            "schema",
+            format!("{schema:?} is not a schema name durabus uses"),
+            "1 to 48 ASCII letters, digits or '_', not starting with a digit",
+        ))
     }
 }
 

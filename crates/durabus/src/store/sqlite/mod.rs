@@ -240,9 +240,11 @@ impl SqliteStore {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            return Err(Error::InvalidConfig(format!(
-                "bad in-memory database name {name:?}: use 1 to {MAX_MEMORY_NAME} letters, digits, '-' or '_'"
-            )));
+            return Err(Error::invalid(
+                "path",
+                format!("{name:?} is not an in-memory database name"),
+                format!("1 to {MAX_MEMORY_NAME} letters, digits, '-' or '_' after :memory:"),
+            ));
         }
         let target = Target::memory(&format!("shared-{name}"));
         Self::open_target(PathBuf::from(format!("memory:{name}")), target, options).await

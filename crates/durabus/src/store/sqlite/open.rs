@@ -57,24 +57,31 @@ impl SqliteStore {
             .watch_interval
             .is_some_and(|d| d < Duration::from_millis(1))
         {
-            return Err(Error::InvalidConfig(
-                "watch_interval must be at least 1 ms (or None to turn it off)".into(),
+            return Err(Error::invalid(
+                "watch_interval",
+                "below 1 ms",
+                "at least 1 ms, or None to turn it off",
             ));
         }
         if options.wal_limit < 1 << 20 {
-            return Err(Error::InvalidConfig(format!(
-                "wal_limit must be at least 1 MiB (1048576 bytes), not {}",
-                options.wal_limit
-            )));
+            return Err(Error::invalid(
+                "wal_limit",
+                format!("{} bytes", options.wal_limit),
+                "at least 1 MiB (1048576 bytes)",
+            ));
         }
         if path.as_os_str().is_empty() {
-            return Err(Error::InvalidConfig(
-                "the SQLite store needs a file path (or :memory:)".into(),
+            return Err(Error::invalid(
+                "path",
+                "the SQLite store's path is empty",
+                "a file path, or :memory:",
             ));
         }
         if target.memory && !options.create && path.to_str() == Some(":memory:") {
-            return Err(Error::InvalidConfig(
-                "a private in-memory database is always new: options.create must be true".into(),
+            return Err(Error::invalid(
+                "create",
+                "false for a private in-memory database, which is always new",
+                "true",
             ));
         }
         if !target.memory && !options.create && !path.exists() {

@@ -51,12 +51,12 @@ async fn concurrent_starts_migrate_the_schema_once() {
     assert!(matches!(err, Error::NotADatabase { .. }), "{err}");
     for bad in ["", "1abc", "a-b", "x\"; DROP SCHEMA public; --"] {
         let err = PgStore::connect(&pg_url(), options(bad)).await.unwrap_err();
-        assert!(matches!(err, Error::InvalidConfig(_)), "{bad}: {err}");
+        assert!(matches!(err, Error::Invalid(_)), "{bad}: {err}");
     }
     let err = PgStore::connect("postgres://[::1", options(&schema))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
     pool.close().await;
     drop_schema(&schema).await;
 }
@@ -95,14 +95,14 @@ async fn a_postgres_url_selects_postgres_and_anything_else_sqlite() {
     // `database()` / `connect()`: the URL picks PostgreSQL (default schema `durabus`).
     let bus = EventBus::connect(&pg_url()).await.unwrap();
     assert!(bus.pg_outbox().is_ok());
-    assert!(matches!(bus.outbox(), Err(Error::InvalidConfig(_))));
+    assert!(matches!(bus.outbox(), Err(Error::Invalid(_))));
     bus.shutdown().await.unwrap();
     // A path picks SQLite.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bus.db");
     let bus = EventBus::connect(path.to_str().unwrap()).await.unwrap();
     assert!(bus.outbox().is_ok());
-    assert!(matches!(bus.pg_outbox(), Err(Error::InvalidConfig(_))));
+    assert!(matches!(bus.pg_outbox(), Err(Error::Invalid(_))));
     bus.shutdown().await.unwrap();
     // SQLite's durability does not apply to PostgreSQL.
     let err = EventBus::builder()
@@ -111,7 +111,7 @@ async fn a_postgres_url_selects_postgres_and_anything_else_sqlite() {
         .build()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidConfig(_)), "{err}");
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

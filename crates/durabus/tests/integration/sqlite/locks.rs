@@ -159,6 +159,6 @@ async fn durability_sets_the_writers_synchronous_mode() {
         .build()
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::InvalidConfig(_)), "{err:?}");
+    assert!(matches!(err, Error::Invalid(_)), "{err:?}");
     store.close().await.unwrap();
 }

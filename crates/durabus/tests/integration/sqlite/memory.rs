@@ -41,7 +41,7 @@ async fn memory_databases_are_private_to_their_store_and_leave_no_file() {
     };
     assert!(matches!(
         SqliteStore::in_memory(opts).await,
-        Err(Error::InvalidConfig(_))
+        Err(Error::Invalid(_))
     ));
     // The bus opens on it by path or by name, and works end to end.
     let bus = EventBus::open(":memory:").await.unwrap();
@@ -114,7 +114,7 @@ async fn a_shared_memory_database_lives_while_a_store_has_it_open() {
         assert!(
             matches!(
                 SqliteStore::shared_memory(bad, SqliteOptions::default()).await,
-                Err(Error::InvalidConfig(_))
+                Err(Error::Invalid(_))
             ),
             "{bad:?} was accepted"
         );

@@ -114,7 +114,7 @@ pub async fn history_lists_by_type_status_and_time(h: &Harness) {
     );
     assert!(matches!(
         history.list(q(None, None, Some(3), Some(3))).await,
-        Err(Error::InvalidConfig(_))
+        Err(Error::Invalid(_))
     ));
     bus.shutdown().await.unwrap();
 }

@@ -193,7 +193,7 @@ pub async fn overrides_of_matching_subscriptions_merge_most_permissively(h: &Har
             ),
         )
         .await,
-        Err(durabus::Error::InvalidConfig(_))
+        Err(durabus::Error::Invalid(_))
     ));
     bus.start().await.unwrap();
     let id = bus.publish("m.x", &1).await.unwrap();

@@ -32,9 +32,11 @@ pub fn validate_prefix(prefix: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::InvalidConfig(format!(
-            "table prefix {prefix:?} must be 1 to 32 ASCII letters, digits or '_', not starting with a digit or sqlite_"
-        )))
+        Err(Error::invalid(
+            "prefix",
+            format!("{prefix:?} is not a table prefix durabus uses"),
+            "1 to 32 ASCII letters, digits or '_', not starting with a digit or sqlite_",
+        ))
     }
 }
 
@@ -53,7 +55,7 @@ macro_rules! statements {
 
         impl Sql {
             /// The statements for tables named with `prefix`. Fails with
-            /// [`Error::InvalidConfig`] for a prefix that [`validate_prefix`] rejects.
+            /// [`Error::Invalid`] for a prefix that [`validate_prefix`] rejects.
             pub fn new(prefix: &str) -> Result<Sql> {
                 validate_prefix(prefix)?;
                 Ok(Self::build(prefix))
@@ -233,7 +235,7 @@ mod tests {
             &"x".repeat(33),
         ] {
             assert!(
-                matches!(validate_prefix(bad), Err(Error::InvalidConfig(_))),
+                matches!(validate_prefix(bad), Err(Error::Invalid(_))),
                 "{bad}"
             );
         }

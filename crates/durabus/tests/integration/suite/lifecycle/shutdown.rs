@@ -152,7 +152,7 @@ pub async fn concurrent_subscribes_with_one_name_let_exactly_one_through(h: &Har
     for t in tries {
         match t.await.unwrap() {
             Ok(_) => ok += 1,
-            Err(Error::InvalidConfig(_)) => {}
+            Err(Error::Invalid(_)) => {}
             Err(e) => panic!("unexpected {e:?}"),
         }
     }

@@ -62,7 +62,7 @@ pub async fn bad_input_is_rejected_and_nothing_is_stored(h: &Harness) {
             SubscribeOptions::default().timeout(Duration::ZERO)
         )
         .await,
-        Err(Error::InvalidConfig(_))
+        Err(Error::Invalid(_))
     ));
     bus.subscribe(
         "a.*",
@@ -78,7 +78,7 @@ pub async fn bad_input_is_rejected_and_nothing_is_stored(h: &Harness) {
             SubscribeOptions::default().name("n")
         )
         .await,
-        Err(Error::InvalidConfig(_))
+        Err(Error::Invalid(_))
     ));
     let all = bus
         .store()
