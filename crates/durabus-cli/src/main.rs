@@ -92,8 +92,9 @@ enum Command {
     /// Payload configuration per event type: which stages, how long, what to redact.
     #[command(subcommand, name = "payload-config")]
     PayloadConfig(cmd::payloads::ConfigCommand),
-    /// Counts by status and type, the retry count distribution, and the DLQ rate per type.
-    Stats,
+    /// Counts by status and type, the retry count distribution, and the DLQ rate per type, as
+    /// of the last `refresh-stats` run (`--fresh` counts now).
+    Stats(cmd::stats::Args),
     /// The Prometheus text of the database's gauges (depths, ages; the WAL or the pool).
     Metrics(cmd::metrics::Args),
     /// Run the admin HTTP API (with the maintenance jobs and durable operations) over the
@@ -162,7 +163,7 @@ fn main() -> ExitCode {
             Command::Jobs(c) => cmd::jobs::run(&db, &ctx, c).await,
             Command::Payloads(c) => cmd::payloads::run(&db, &ctx, c).await,
             Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,
-            Command::Stats => cmd::stats::run(&db, cli.json).await,
+            Command::Stats(args) => cmd::stats::run(&db, cli.json, args).await,
             Command::Metrics(args) => cmd::metrics::run(&db, args).await,
             Command::Serve(args) => cmd::serve::run(&db, args).await,
             Command::Bench(args) => cmd::bench::run(&db, cli.json, args).await,

@@ -146,12 +146,12 @@ pub use retry::{RetryOverride, RetryPolicy};
 /// transactions through an [`Outbox`].
 #[cfg(feature = "sqlite")]
 pub use rusqlite;
-pub use scheduler::{JobConfig, Scheduler, SchedulerConfig};
+pub use scheduler::{JOBS, JobConfig, Scheduler, SchedulerConfig};
 /// The `sqlx` durabus links, for applications that publish inside their own PostgreSQL
 /// transactions through a [`PgOutbox`].
 #[cfg(feature = "postgres")]
 pub use sqlx;
-pub use stats::{StoreStats, TypeStats};
+pub use stats::{StatsSnapshot, StoreStats, TypeStats};
 #[cfg(feature = "postgres")]
 pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 #[cfg(feature = "sqlite")]

@@ -82,7 +82,7 @@ pub(crate) async fn jobs(State(state): State<AdminState>) -> ApiResult<axum::Jso
 /// Runs a job now, outside its schedule; answers when it has finished (`status: skipped` if a
 /// run was already going). A run outlives a request that times out.
 #[utoipa::path(post, path = "/api/v2/jobs/{name}/run", tag = "jobs",
-    params(("name" = String, Path, description = "The job: `dead-letter-auto-retry`, `cleanup-dead-letters`, `cleanup-history`, `cleanup-payloads`")),
+    params(("name" = String, Path, description = "The job: `dead-letter-auto-retry`, `cleanup-dead-letters`, `cleanup-history`, `cleanup-payloads`, `refresh-stats`")),
     responses((status = 200, body = JobReport), Errors))]
 pub(crate) async fn run_job(
     State(state): State<AdminState>,

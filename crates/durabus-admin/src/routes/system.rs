@@ -10,14 +10,15 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use durabus::store::MinuteCount;
 use durabus::telemetry::StoreGauges;
-use durabus::{BreakerSnapshot, StoreStats, Timestamp};
-use serde::Serialize;
-use utoipa::ToSchema;
+use durabus::{BreakerSnapshot, StatsSnapshot, Timestamp};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 
 use super::Errors;
 use crate::AdminState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::extract::Query;
 
 /// A health answer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -97,12 +98,52 @@ pub(crate) async fn subscriptions(
     ))
 }
 
-/// Counts by status and type, and the retry count distribution.
-#[utoipa::path(get, path = "/api/v2/stats", tag = "system",
-    responses((status = 200, body = StoreStats), Errors))]
-pub(crate) async fn stats(State(state): State<AdminState>) -> ApiResult<axum::Json<StoreStats>> {
+/// `GET /api/v2/stats`'s parameters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct StatsQuery {
+    /// `true`: count now (a read of every event; a refresh already running elsewhere is waited
+    /// for, not doubled) instead of answering the snapshot the `refresh-stats` job kept.
+    fresh: Option<bool>,
+}
+
+/// Counts by status and type and the retry count distribution, as of `computed_at`: the
+/// snapshot the `refresh-stats` job keeps (every 5 minutes by default), read in one indexed
+/// query. The first call on a database without one counts now. Live depths are in
+/// `/api/v2/overview`.
+#[utoipa::path(get, path = "/api/v2/stats", tag = "system", params(StatsQuery),
+    responses((status = 200, body = StatsSnapshot), Errors))]
+pub(crate) async fn stats(
+    State(state): State<AdminState>,
+    Query(q): Query<StatsQuery>,
+) -> ApiResult<axum::Json<StatsSnapshot>> {
     let store = state.bus().store();
-    Ok(axum::Json(StoreStats::collect(store.as_ref()).await?))
+    if !q.fresh.unwrap_or(false)
+        && let Some(s) = StatsSnapshot::last(store.as_ref()).await?
+    {
+        return Ok(axum::Json(s));
+    }
+    // Through the job, so that refreshes asked by many callers and processes at once run
+    // once; in its own task, so a client that goes away does not stop it halfway.
+    let scheduler = state.bus().scheduler()?;
+    let run = tokio::spawn(async move { scheduler.run_now("refresh-stats").await });
+    let report = run
+        .await
+        .map_err(|e| ApiError::internal(format!("the statistics task failed: {e}")))??;
+    if report.status == "failed" {
+        return Err(ApiError::internal(format!(
+            "refreshing the statistics failed: {}",
+            report.message
+        )));
+    }
+    match StatsSnapshot::last(store.as_ref()).await? {
+        Some(s) => Ok(axum::Json(s)),
+        // Skipped: another process is computing the first snapshot; count here too.
+        None => Ok(axum::Json(
+            StatsSnapshot::refresh(store.as_ref(), &*state.bus().clock()).await?,
+        )),
+    }
 }
 
 /// Who the caller is.

@@ -1,18 +1,39 @@
-//! `durabus stats`: what the database can tell about its events.
+//! `durabus stats`: what the database can tell about its events, as of the snapshot the
+//! `refresh-stats` job keeps (`--fresh` counts now).
 
-use durabus::StoreStats;
+use durabus::{StatsSnapshot, SystemClock};
 
 use crate::output;
+use crate::table::{Table, number, text};
 
-pub async fn run(db: &crate::cmd::Db, json: bool) -> anyhow::Result<()> {
+/// `durabus stats`'s options.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Count now (a read of every event, about 2 s at a million) and keep the result, instead
+    /// of showing the snapshot the `refresh-stats` job kept.
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<()> {
     let store = super::open_existing(db).await?;
-    let stats = StoreStats::collect(store.as_ref()).await;
+    let snapshot = if args.fresh {
+        StatsSnapshot::refresh(store.as_ref(), &SystemClock).await
+    } else {
+        StatsSnapshot::last_or_refresh(store.as_ref(), &SystemClock).await
+    };
     store.close().await?;
-    let stats = stats?;
+    let snapshot = snapshot?;
     if json {
-        return output::json(&stats);
+        return output::json(&snapshot);
     }
+    let stats = &snapshot.stats;
     let s = &stats.by_status;
+    outln!(
+        "as of       {} (counted in {} ms; --fresh counts now)",
+        snapshot.computed_at,
+        snapshot.took_ms
+    );
     outln!("events      {}", stats.total);
     outln!(
         "by status   pending {}  processing {}  done {}  dlq {}  (dlq rate {:.1} %)",
@@ -23,30 +44,30 @@ pub async fn run(db: &crate::cmd::Db, json: bool) -> anyhow::Result<()> {
         s.dlq_rate * 100.0
     );
     outln!();
-    outln!(
-        "{:<32}  {:>8}  {:>10}  {:>8}  {:>6}  {:>8}",
-        "TYPE",
-        "PENDING",
-        "PROCESSING",
-        "DONE",
-        "DLQ",
-        "DLQ RATE"
-    );
+    let mut types = Table::new(&[
+        text("TYPE", 64),
+        number("PENDING"),
+        number("PROCESSING"),
+        number("DONE"),
+        number("DLQ"),
+        number("DLQ RATE"),
+    ]);
     for (t, c) in &stats.by_type {
-        outln!(
-            "{:<32}  {:>8}  {:>10}  {:>8}  {:>6}  {:>7.1}%",
-            t,
-            c.pending,
-            c.processing,
-            c.done,
-            c.dlq,
-            c.dlq_rate * 100.0
-        );
+        types.row(vec![
+            t.clone(),
+            c.pending.to_string(),
+            c.processing.to_string(),
+            c.done.to_string(),
+            c.dlq.to_string(),
+            format!("{:.1}%", c.dlq_rate * 100.0),
+        ]);
     }
+    types.print();
     outln!();
-    outln!("{:<8}  {:>8}", "RETRIES", "EVENTS");
-    for (retries, n) in &stats.retry_counts {
-        outln!("{retries:<8}  {n:>8}");
+    let mut retries = Table::new(&[number("RETRIES"), number("EVENTS")]);
+    for (r, n) in &stats.retry_counts {
+        retries.row(vec![r.to_string(), n.to_string()]);
     }
+    retries.print();
     Ok(())
 }

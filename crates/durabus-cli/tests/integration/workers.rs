@@ -320,7 +320,7 @@ async fn every_cli_command_works_on_postgres() {
     ));
     // Seven of the demo's events and the `system.dead_letter` announcement.
     assert_eq!(done.as_array().unwrap().len(), 8);
-    let stats = json(&cli(&schema, &["stats", "--json"]));
+    let stats = json(&cli(&schema, &["stats", "--fresh", "--json"]));
     assert_eq!(stats["total"], 9);
     let preview = json(&cli(
         &schema,

@@ -417,6 +417,13 @@ pub trait JobStore: sealed::Sealed + Send + Sync + 'static {
 
     /// Every job that has ever run, by name.
     async fn job_list(&self) -> Result<Vec<JobRow>>;
+
+    /// The statistics snapshot last kept (JSON, see [`StatsSnapshot`](crate::StatsSnapshot)),
+    /// if any.
+    async fn stats_get(&self) -> Result<Option<String>>;
+
+    /// Keeps a statistics snapshot (JSON), replacing the last one.
+    async fn stats_put(&self, snapshot: &str) -> Result<()>;
 }
 
 /// Which store is behind an `Arc<dyn Store>`, for the few features that exist on one only

@@ -77,6 +77,7 @@ macro_rules! all_contract_tests {
             history::purge_removes_only_done_events_completed_at_or_before_the_cutoff,
             history::finished_events_are_counted_per_minute,
             store::stats_count_by_status_type_and_retries,
+            stats::the_stats_snapshot_is_kept_until_the_next_refresh,
             store::release_returns_claimed_events_without_an_attempt,
             store::any_metadata_and_payload_text_comes_back_exactly,
             publish::system_types_are_reserved_for_the_bus,

@@ -246,6 +246,8 @@ pub(super) async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
     assert_eq!(pay["breaker"]["state"], "closed");
     let (_, stats) = api.get("/api/v2/stats").await;
     assert_eq!(stats["by_type"]["pay.card"]["dlq"], 2, "{stats}");
+    assert!(stats["computed_at"].is_string(), "{stats}");
+    assert!(stats["took_ms"].is_u64(), "{stats}");
     let (s, overview) = api.get("/api/v2/overview").await;
     assert_eq!(s, StatusCode::OK, "{overview}");
     assert_eq!(overview["dead_letters_pending"], 2, "{overview}");
@@ -264,6 +266,20 @@ pub(super) async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
     api.clock.advance(std::time::Duration::from_secs(600));
     let (_, again) = api.get("/api/v2/overview").await;
     assert_eq!(again["now"], overview["now"]);
+    // Kept: more dead letters do not show until the snapshot is refreshed.
+    api.dead_payments("pay.card", 1).await;
+    let (_, kept) = api.get("/api/v2/stats").await;
+    assert_eq!(kept, stats, "the snapshot is served as it was computed");
+    let (s, fresh) = api.get("/api/v2/stats?fresh=true").await;
+    assert_eq!(s, StatusCode::OK, "{fresh}");
+    assert_eq!(fresh["by_type"]["pay.card"]["dlq"], 3, "{fresh}");
+    let (_, after) = api.get("/api/v2/stats").await;
+    assert_eq!(after, fresh, "the fresh count is kept for the next readers");
+    assert_error(
+        &api.get("/api/v2/stats?fresh=soon").await,
+        StatusCode::BAD_REQUEST,
+        "malformed_request",
+    );
     let (s, me) = api.get("/api/v2/whoami").await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(

@@ -77,6 +77,77 @@ impl Client {
     }
 }
 
+type Server = (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+);
+
+/// Serves `bus`'s admin API on loopback, as `durabus serve` does, with a read token.
+async fn serve(bus: &EventBus) -> anyhow::Result<Server> {
+    let tokens = Tokens::new().with(Token::new("bench", SECRET, Role::Read)?)?;
+    let app = durabus_admin::router(AdminState::new(bus.clone(), AdminConfig::new(tokens)));
+    let listener = durabus_admin::AdminListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await
+    });
+    Ok((addr, stop, server))
+}
+
+/// The statistics on a big database: what one refresh (the `refresh-stats` job's read of
+/// every event) costs, and `GET /api/v2/stats` answered from the kept snapshot.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct StatsRead {
+    /// Events counted.
+    pub events: u64,
+    /// One refresh (ms, median of 3).
+    pub refresh_ms: f64,
+    /// `GET /api/v2/stats` over loopback HTTP, one client, `requests` of them (ms).
+    pub api_p50_ms: f64,
+    pub api_p99_ms: f64,
+}
+
+/// Times three refreshes of the statistics on `bus`'s database, then `requests` reads of
+/// `GET /api/v2/stats`.
+pub async fn stats(bus: &EventBus, requests: usize) -> anyhow::Result<StatsRead> {
+    let store = bus.store();
+    let mut refreshes = Vec::new();
+    let mut events = 0;
+    for _ in 0..3 {
+        let s = durabus::StatsSnapshot::refresh(store.as_ref(), &*bus.clock()).await?;
+        refreshes.push(s.took_ms as f64);
+        events = s.stats.total;
+    }
+    let (addr, stop, server) = serve(bus).await?;
+    let mut client = Client::connect(addr).await?;
+    let mut times = Vec::with_capacity(requests);
+    for i in 0..requests + requests / 10 {
+        let t = Instant::now();
+        let n = client.get("/api/v2/stats").await?;
+        anyhow::ensure!(n > 0, "an empty statistics answer");
+        if i >= requests / 10 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let _ = stop.send(());
+    server.await??;
+    times.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    anyhow::ensure!(!times.is_empty(), "no request was measured");
+    Ok(StatsRead {
+        events,
+        refresh_ms: super::harness::median(refreshes),
+        api_p50_ms: at(0.50),
+        api_p99_ms: at(0.99),
+    })
+}
+
 /// Serves `bus`'s admin API on loopback and has `clients` clients make `per_client` listing
 /// requests each (the first tenth of them a warm-up, not measured). `deep` is a position in
 /// the middle of the queue.
@@ -87,18 +158,7 @@ pub async fn load(
     filter_type: &str,
     deep: i64,
 ) -> anyhow::Result<ApiLoad> {
-    let tokens = Tokens::new().with(Token::new("bench", SECRET, Role::Read)?)?;
-    let app = durabus_admin::router(AdminState::new(bus.clone(), AdminConfig::new(tokens)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let addr = listener.local_addr()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (addr, stop, server) = serve(bus).await?;
     let paths = [
         "/api/v2/dead-letters?limit=50".to_owned(),
         format!("/api/v2/dead-letters?limit=50&status=pending&event_type={filter_type}"),

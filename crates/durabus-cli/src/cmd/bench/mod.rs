@@ -131,6 +131,9 @@ pub struct Report {
     pub api_list_p50_ms: f64,
     pub api_list_p99_ms: f64,
     pub api_list_rps: f64,
+    /// The statistics on that database: one refresh, and `GET /api/v2/stats` from the kept
+    /// snapshot.
+    pub stats: api::StatsRead,
     pub recovery_100_ms: f64,
     pub recovery_100k_ms: f64,
     pub rss_start_mb: f64,
@@ -332,8 +335,13 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
             i64::try_from(r.api_dead_letters / 2).unwrap_or(i64::MAX),
         )
         .await;
+        let stats = match load {
+            Ok(_) => api::stats(&bus, 200).await.map(Some),
+            Err(_) => Ok(None),
+        };
         bus.shutdown().await?;
         let load = load?;
+        r.stats = stats?.unwrap_or_default();
         r.api_list_clients = load.clients;
         r.api_list_p50_ms = load.p50_ms;
         r.api_list_p99_ms = load.p99_ms;

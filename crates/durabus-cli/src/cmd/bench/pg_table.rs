@@ -73,6 +73,14 @@ pub fn print_table(r: &PgReport) {
             "—",
         ),
         (
+            "statistics: GET /api/v2/stats p99 (ms)",
+            format!(
+                "{:.2} (p50 {:.2}; a refresh of {} events: {:.0} ms)",
+                r.stats.api_p99_ms, r.stats.api_p50_ms, r.stats.events, r.stats.refresh_ms
+            ),
+            "< 50 (1M events)",
+        ),
+        (
             "bulk retry (dead letters/s)",
             format!("{:.0}", r.bulk_retry_eps),
             "—",

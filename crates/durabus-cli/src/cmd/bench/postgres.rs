@@ -50,6 +50,9 @@ pub struct PgReport {
     pub api_list_p50_ms: f64,
     pub api_list_p99_ms: f64,
     pub api_list_rps: f64,
+    /// The statistics on that database: one refresh, and `GET /api/v2/stats` from the kept
+    /// snapshot.
+    pub stats: super::api::StatsRead,
     /// Dead letters in the bulk retry (20k; `--quick`: 2k), made through the library.
     pub bulk_records: u64,
     /// Dead letters retried per second by a bulk operation while the callers publish.
@@ -207,7 +210,7 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         let listed = listings(&target, r.dlq_records, plan.runs.max(5)).await;
         drop_schema(&target).await?;
         let api;
-        (r.dlq_records_page_ms, r.dlq_groups_ms, api) = listed?;
+        (r.dlq_records_page_ms, r.dlq_groups_ms, api, r.stats) = listed?;
         r.api_list_clients = api.clients;
         r.api_list_p50_ms = api.p50_ms;
         r.api_list_p99_ms = api.p99_ms;
@@ -233,7 +236,11 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
 /// Loads `n` dead letters (events, records and their 100 groups) with set-based SQL (the
 /// library's write path would take minutes for a million), then times the first page of a
 /// type-and-status listing and the groups through the library (ms, medians of `runs`).
-async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64, super::api::ApiLoad)> {
+async fn listings(
+    db: &Db,
+    n: u64,
+    runs: usize,
+) -> anyhow::Result<(f64, f64, super::api::ApiLoad, super::api::StatsRead)> {
     let bus = db.builder().build().await?;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
@@ -307,8 +314,9 @@ async fn listings(db: &Db, n: u64, runs: usize) -> anyhow::Result<(f64, f64, sup
         i64::try_from(n / 2).unwrap_or(i64::MAX),
     )
     .await;
+    let stats = super::api::stats(&bus, 200).await;
     bus.shutdown().await?;
-    Ok((median(page), median(groups), api?))
+    Ok((median(page), median(groups), api?, stats?))
 }
 
 /// Concurrent clients of the admin API figure.

@@ -109,6 +109,14 @@ pub(super) fn print(r: &Report) {
             "< 20 (1M dead letters)",
         ),
         (
+            "statistics: GET /api/v2/stats p99 (ms)",
+            format!(
+                "{:.2} (p50 {:.2}; a refresh of {} events: {:.0} ms)",
+                r.stats.api_p99_ms, r.stats.api_p50_ms, r.stats.events, r.stats.refresh_ms
+            ),
+            "< 50 (1M events)",
+        ),
+        (
             "recovery, 100 (ms)",
             format!("{:.1}", r.recovery_100_ms),
             "< 20",

@@ -29,6 +29,24 @@ fn stats_report_what_the_database_holds() {
         text.contains("order.paid") && text.contains("14.3%"),
         "{text}"
     );
+    assert!(
+        text.starts_with(&format!(
+            "as of       {}",
+            s["computed_at"].as_str().unwrap()
+        )),
+        "the snapshot's time comes first: {text}"
+    );
+    // The snapshot is kept: a new event shows once it is refreshed (by the job, or --fresh).
+    assert!(
+        durabus(&db, &["events", "publish", "order.paid", "{}"])
+            .status
+            .success()
+    );
+    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 9);
+    let fresh = json(&durabus(&db, &["stats", "--fresh", "--json"]));
+    assert_eq!(fresh["total"], 10);
+    assert_eq!(fresh["by_type"]["order.paid"]["pending"], 1);
+    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 10);
 }
 
 #[test]
@@ -279,7 +297,7 @@ fn a_replay_is_previewed_dry_run_and_run_from_the_cli() {
     // Dry run: the whole walk, nothing changed.
     let dry = json(&run(with(&["--dry-run", "--json"])));
     assert_eq!(dry["count"], 7);
-    let stats = json(&durabus(&db, &["stats", "--json"]));
+    let stats = json(&durabus(&db, &["stats", "--fresh", "--json"]));
     assert_eq!(stats["by_type"]["order.paid"]["pending"], 0);
     assert!(
         json(&durabus(&db, &["replay", "list", "--json"]))
@@ -294,7 +312,7 @@ fn a_replay_is_previewed_dry_run_and_run_from_the_cli() {
     assert_eq!(done["status"], "completed");
     assert_eq!(done["processed"], 7);
     let id = done["id"].as_str().unwrap().to_owned();
-    let stats = json(&durabus(&db, &["stats", "--json"]));
+    let stats = json(&durabus(&db, &["stats", "--fresh", "--json"]));
     assert_eq!(stats["by_type"]["order.paid"]["pending"], 7);
     assert_eq!(
         stats["by_type"]["order.paid"]["done"], 6,

@@ -119,4 +119,28 @@ impl JobStore for PgStore {
         })
         .await
     }
+
+    async fn stats_get(&self) -> Result<Option<String>> {
+        self.noted(async {
+            self.check()?;
+            Ok(q(&self.sql.ops.stats_get)
+                .fetch_optional(&self.pool)
+                .await?
+                .map(|r| r.try_get::<String, _>(0))
+                .transpose()?)
+        })
+        .await
+    }
+
+    async fn stats_put(&self, snapshot: &str) -> Result<()> {
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.stats_put)
+                .bind(snapshot)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+        .await
+    }
 }

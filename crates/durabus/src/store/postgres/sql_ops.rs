@@ -70,6 +70,8 @@ pub struct PgOpsSql {
     pub job_begin_now: String,
     pub job_end: String,
     pub jobs: String,
+    pub stats_get: String,
+    pub stats_put: String,
 }
 
 impl PgOpsSql {
@@ -319,6 +321,11 @@ impl PgOpsSql {
             jobs: format!(
                 "SELECT name, last_tick, holder, last_started_at, last_finished_at, last_status,
                      last_message, runs, skipped FROM {s}.jobs ORDER BY name"
+            ),
+            stats_get: format!("SELECT value FROM {s}.meta WHERE key = 'stats_snapshot'"),
+            stats_put: format!(
+                "INSERT INTO {s}.meta (key, value) VALUES ('stats_snapshot', $1)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value"
             ),
         }
     }

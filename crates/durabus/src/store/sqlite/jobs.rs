@@ -85,6 +85,17 @@ impl WriteOp for End {
     }
 }
 
+struct PutStats(String);
+
+impl WriteOp for PutStats {
+    type Reply = ();
+
+    fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<()> {
+        conn.prepare_cached(&sql.stats_put)?.execute([&self.0])?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl JobStore for SqliteStore {
     async fn job_begin(
@@ -147,5 +158,21 @@ impl JobStore for SqliteStore {
                 .collect()
         })
         .await
+    }
+
+    async fn stats_get(&self) -> Result<Option<String>> {
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            use rusqlite::OptionalExtension;
+            c.prepare_cached(&sql.stats_get)?
+                .query_row([], |r| r.get(0))
+                .optional()
+        })
+        .await
+    }
+
+    async fn stats_put(&self, snapshot: &str) -> Result<()> {
+        self.write(PutStats(snapshot.to_owned()), crate::clock::Timestamp(0))
+            .await
     }
 }

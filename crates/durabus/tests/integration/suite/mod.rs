@@ -12,5 +12,6 @@ pub mod payloads;
 pub mod publish;
 pub mod replay;
 pub mod retry;
+pub mod stats;
 pub mod store;
 pub mod telemetry;

@@ -15,6 +15,13 @@ macro_rules! due_filter {
 /// The meta table (schema version).
 pub(super) const META: &str = "{p}meta";
 
+/// The statistics snapshot kept in the meta table.
+pub(super) const STATS_GET: &str = "SELECT value FROM {p}meta WHERE key = 'stats_snapshot'";
+
+/// Keeps a statistics snapshot in the meta table.
+pub(super) const STATS_PUT: &str = "INSERT INTO {p}meta (key, value) VALUES ('stats_snapshot', ?1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value";
+
 /// The due events a claim takes (`?1` now, `?2` how many): ids only, for query plans.
 pub(super) const DUE: &str = concat!("SELECT id ", due_filter!());
 

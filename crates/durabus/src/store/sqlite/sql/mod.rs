@@ -87,6 +87,8 @@ fn fill(template: &str, prefix: &str) -> String {
 
 statements! {
     meta = events::META;
+    stats_get = events::STATS_GET;
+    stats_put = events::STATS_PUT;
     due = events::DUE;
     claim_select = events::CLAIM_SELECT;
     claim_update = events::CLAIM_UPDATE;
