@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-/// A TCP listener for [`axum::serve`] whose connections answer the HTTP parser's own refusals
+/// A TCP listener for [`axum::serve()`] whose connections answer the HTTP parser's own refusals
 /// in the API's error shape (see the module docs).
 ///
 /// ```no_run
