@@ -58,6 +58,18 @@ where
 /// the field that does not fit and why in `details` (`{"field": "filter.created_from",
 /// "problem": …}`).
 pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    // Every body of the API is an object; serde would also read a struct from an array of
+    // its fields in order, which the document does not allow.
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
+            return Err(ApiError::malformed("the body is not valid JSON"));
+        }
+        return Err(ApiError::invalid(
+            "body",
+            "is an array",
+            "an object (GET /api/v2/openapi.json has the shape)",
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(&mut de).map_err(|e| {
         if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_err() {
@@ -66,6 +78,27 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, Api
         let (field, problem, accepted) = described(&e, "body");
         ApiError::invalid(field, problem, accepted)
     })
+}
+
+/// Reads a nested object only from a JSON object (`#[serde(deserialize_with = …)]`): serde
+/// would also read a struct from an array of its fields, which the document does not allow.
+/// The fields are read through the same map, so an error inside still names its path.
+pub(crate) fn object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    struct Object<T>(std::marker::PhantomData<T>);
+    impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Object<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+            T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+        }
+    }
+    deserializer.deserialize_map(Object(std::marker::PhantomData))
 }
 
 /// The field, problem and accepted form of a deserialisation error: serde says what it
@@ -227,8 +260,39 @@ impl From<PathRejection> for ApiError {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
-    use super::decodes_to_utf8;
+    use super::{decodes_to_utf8, parse_json};
+
+    #[derive(Debug, Default, serde::Deserialize)]
+    struct Body {
+        #[serde(default)]
+        note: Option<String>,
+    }
+
+    #[test]
+    fn a_body_is_an_object_never_an_array_of_its_fields() {
+        let refused = parse_json::<Body>(b" [\"x\"]").expect_err("an array is not a body");
+        assert_eq!(refused.status, axum::http::StatusCode::UNPROCESSABLE_ENTITY);
+        let refused = parse_json::<Body>(b"[").expect_err("not JSON");
+        assert_eq!(refused.status, axum::http::StatusCode::BAD_REQUEST);
+        let body = parse_json::<Body>(br#"{"note":"x"}"#).expect("an object is read");
+        assert_eq!(body.note.as_deref(), Some("x"));
+        let none = parse_json::<Option<Body>>(b"null").expect("null where allowed");
+        assert!(none.is_none());
+
+        #[derive(Debug, serde::Deserialize)]
+        struct Outer {
+            #[serde(default, deserialize_with = "super::object")]
+            inner: Body,
+        }
+        let refused = parse_json::<Outer>(br#"{"inner":[]}"#).expect_err("an array inside");
+        assert_eq!(refused.details["field"], "inner");
+        let refused = parse_json::<Outer>(br#"{"inner":{"note":5}}"#).expect_err("a number");
+        assert_eq!(refused.details["field"], "inner.note");
+        let outer = parse_json::<Outer>(b"{}").expect("absent is the default");
+        assert!(outer.inner.note.is_none());
+    }
 
     #[test]
     fn percent_decoding_to_utf8_is_checked() {

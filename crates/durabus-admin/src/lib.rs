@@ -34,6 +34,7 @@
 //! ```
 
 pub mod auth;
+mod constraints;
 mod dashboard;
 mod error;
 mod extract;
@@ -60,7 +61,8 @@ pub use openapi::openapi;
 pub struct AdminConfig {
     /// Who may call it. Without tokens every protected route answers 401.
     pub tokens: Tokens,
-    /// Largest request body, in bytes. Defaults to 256 KiB.
+    /// Largest request body, in bytes. Defaults to 512 KiB: the largest body the OpenAPI document
+    /// allows (a replay of 10,000 ids and 100 types) fits.
     pub body_limit: usize,
     /// Longest a request may take before it is answered `503 timeout`. Defaults to 30 s.
     pub timeout: Duration,
@@ -73,7 +75,7 @@ impl AdminConfig {
     pub fn new(tokens: Tokens) -> AdminConfig {
         AdminConfig {
             tokens,
-            body_limit: 256 * 1024,
+            body_limit: 512 * 1024,
             timeout: Duration::from_secs(30),
             cors_origins: Vec::new(),
         }

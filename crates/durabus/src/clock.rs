@@ -27,7 +27,9 @@ impl utoipa::PartialSchema for Timestamp {
             .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(
                 utoipa::openapi::KnownFormat::DateTime,
             )))
-            .description(Some("A point in time, RFC 3339 in UTC"))
+            .description(Some(
+                "A point in time, RFC 3339 (an offset is converted to UTC; answers are in UTC)",
+            ))
             .into()
     }
 }
@@ -41,50 +43,74 @@ impl<'de> Deserialize<'de> for Timestamp {
     }
 }
 
-/// Reads a timestamp from a number of milliseconds or an RFC 3339 string, without buffering.
+/// Reads a timestamp from an RFC 3339 string (a number is refused: it would be ambiguous
+/// between seconds and milliseconds), without buffering.
 struct TimestampVisitor;
+
+/// What [`TimestampVisitor`] accepts, as serde's "expected".
+const EXPECTED_TIME: &str = "an RFC 3339 time from year 0000 to 9999, such as 2026-01-01T00:00:00Z";
 
 impl serde::de::Visitor<'_> for TimestampVisitor {
     type Value = Timestamp;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("an RFC 3339 time in UTC from 1970 to 9999, such as 2026-01-01T00:00:00Z")
+        f.write_str(EXPECTED_TIME)
     }
 
     fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Timestamp, E> {
-        text.parse().map_err(E::custom)
+        Timestamp::parse_rfc3339(text).map_err(|e| {
+            let problem = e.split_once("; expected").map_or(e.as_str(), |(p, _)| p);
+            E::custom(format!("{problem}, expected {EXPECTED_TIME}"))
+        })
     }
 }
 
 impl std::str::FromStr for Timestamp {
     type Err = String;
-    /// Parses RFC 3339 (`2026-01-01T00:00:00Z`, fractions allowed), from 1970 to 9999: what
-    /// [`Display`](std::fmt::Display) writes.
+    /// Parses RFC 3339 as [`Timestamp::parse_rfc3339`] does, and, for people typing times,
+    /// also a time without an offset (`2026-01-01T00:00:00`, `2026-01-01 00:00:00`), taken as
+    /// UTC.
     fn from_str(s: &str) -> Result<Self, String> {
-        let t = humantime::parse_rfc3339_weak(s.trim_end_matches('Z').trim_end_matches('z'))
-            .or_else(|_| humantime::parse_rfc3339(s))
-            .map(Timestamp::from_system_time)
-            .map_err(|e| {
-                format!(
-                    "invalid timestamp {s:?}: {e}; expected RFC 3339 in UTC such as 2026-01-01T00:00:00Z"
-                )
-            })?;
-        if !t.is_writable() {
-            return Err(format!(
-                "invalid timestamp {s:?}: before 1970; expected a time from 1970-01-01T00:00:00Z to 9999-12-31T23:59:59Z"
-            ));
-        }
-        Ok(t)
+        Timestamp::parse_rfc3339(s).or_else(|e| {
+            ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+                .iter()
+                .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())
+                .map(|t| Timestamp(t.and_utc().timestamp_millis()))
+                .filter(|t| t.is_writable())
+                .ok_or(e)
+        })
     }
 }
 
 impl Timestamp {
+    /// Parses an RFC 3339 time with its offset (`2026-01-01T00:00:00Z`,
+    /// `2026-01-01T01:00:00+01:00`, fractions allowed; the offset is converted to UTC), years
+    /// 0000 to 9999: JSON Schema's `date-time`, what the admin API takes.
+    pub fn parse_rfc3339(s: &str) -> Result<Timestamp, String> {
+        let t = chrono::DateTime::parse_from_rfc3339(s)
+            .map(|t| Timestamp(t.timestamp_millis()))
+            .map_err(|e| {
+                format!(
+                    "invalid timestamp {s:?}: {e}; expected RFC 3339 such as 2026-01-01T00:00:00Z"
+                )
+            })?;
+        if !t.is_writable() {
+            return Err(format!(
+                "invalid timestamp {s:?}: outside the years 0000 to 9999 once converted to UTC"
+            ));
+        }
+        Ok(t)
+    }
+
+    /// The first millisecond RFC 3339 can write (0000-01-01T00:00:00.000Z).
+    pub const MIN_RFC3339: Timestamp = Timestamp(-62_167_219_200_000);
+
     /// The last millisecond RFC 3339 can write (9999-12-31T23:59:59.999Z).
     pub const MAX_RFC3339: Timestamp = Timestamp(253_402_300_799_999);
 
-    /// Whether the time can be written in RFC 3339: from the Unix epoch to the end of 9999.
+    /// Whether the time can be written in RFC 3339: the years 0000 to 9999, UTC.
     pub fn is_writable(self) -> bool {
-        (0..=Self::MAX_RFC3339.0).contains(&self.0)
+        (Self::MIN_RFC3339.0..=Self::MAX_RFC3339.0).contains(&self.0)
     }
 
     /// The current time of the system clock.
@@ -139,11 +165,15 @@ impl Timestamp {
 }
 
 impl std::fmt::Display for Timestamp {
-    /// RFC 3339 with milliseconds, UTC; a time RFC 3339 cannot write (before 1970, after 9999)
-    /// as its milliseconds since the Unix epoch, never a panic.
+    /// RFC 3339 with milliseconds, UTC; a time RFC 3339 cannot write (before year 0000, after
+    /// 9999) as its milliseconds since the Unix epoch, never a panic.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_writable() {
+        if self.0 >= 0 && self.is_writable() {
             f.pad(&humantime::format_rfc3339_millis(self.to_system_time()).to_string())
+        } else if let Some(t) =
+            chrono::DateTime::from_timestamp_millis(self.0).filter(|_| self.is_writable())
+        {
+            f.pad(&t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
         } else {
             f.pad(&format!("{} ms since 1970-01-01T00:00:00Z", self.0))
         }
@@ -285,28 +315,53 @@ mod tests {
         let json = serde_json::to_string(&t).unwrap_or_default();
         assert_eq!(json, "\"2026-01-01T00:00:00.123Z\"");
         assert_eq!(serde_json::from_str::<Timestamp>(&json).ok(), Some(t));
-        // The API documents RFC 3339 strings: numbers and times before 1970 are refused.
+        // The API documents RFC 3339 strings (format date-time): numbers are refused, every
+        // RFC 3339 time is read, an offset converted to UTC.
         for bad in [
             "1767225600123",
             "-1000",
             "\"yesterday\"",
-            "\"1969-12-31T23:59:59Z\"",
+            "\"2026-13-01T00:00:00Z\"",
+            "\"0000-01-01T00:00:00+00:01\"",
         ] {
             assert!(serde_json::from_str::<Timestamp>(bad).is_err(), "{bad}");
         }
-        assert_eq!(
-            "1970-01-01T00:00:00Z".parse::<Timestamp>().ok(),
-            Some(Timestamp(0))
-        );
+        for (text, millis) in [
+            ("1970-01-01T00:00:00Z", 0),
+            ("1970-01-01T01:00:00+01:00", 0),
+            ("1969-12-31T23:59:59Z", -1000),
+            ("0306-10-09T23:26:19+03:15", -52_486_458_521_000),
+        ] {
+            assert_eq!(text.parse::<Timestamp>(), Ok(Timestamp(millis)), "{text}");
+            let json = format!("{text:?}");
+            assert_eq!(
+                serde_json::from_str::<Timestamp>(&json).ok(),
+                Some(Timestamp(millis))
+            );
+        }
+        // People typing a time may leave the offset out (UTC); the API, following its
+        // document (format date-time), does not.
+        for (text, millis) in [
+            ("2026-01-01T00:00:00.123", 1_767_225_600_123),
+            ("2026-01-01 00:00:00", 1_767_225_600_000),
+        ] {
+            assert_eq!(text.parse::<Timestamp>(), Ok(Timestamp(millis)), "{text}");
+            assert!(serde_json::from_str::<Timestamp>(&format!("{text:?}")).is_err());
+        }
     }
 
     #[test]
     fn a_time_rfc3339_cannot_write_is_shown_never_panicked_on() {
+        assert_eq!(Timestamp(-1000).to_string(), "1969-12-31T23:59:59.000Z");
         assert_eq!(
-            Timestamp(-1000).to_string(),
-            "-1000 ms since 1970-01-01T00:00:00Z"
+            Timestamp::MIN_RFC3339.to_string(),
+            "0000-01-01T00:00:00.000Z"
         );
-        assert!(!Timestamp(-1).is_writable());
+        assert!(!Timestamp(Timestamp::MIN_RFC3339.0 - 1).is_writable());
+        assert_eq!(
+            Timestamp(Timestamp::MIN_RFC3339.0 - 1).to_string(),
+            "-62167219200001 ms since 1970-01-01T00:00:00Z"
+        );
         assert!(Timestamp::MAX_RFC3339.is_writable());
         assert_eq!(
             Timestamp::MAX_RFC3339.to_string(),

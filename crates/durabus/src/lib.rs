@@ -45,7 +45,7 @@
 //! | [`hook`] | the error hook ([`BusBuilder::on_error`]) |
 //! | `outbox` | publishing inside the application's own transaction |
 //! | `testing` | test helpers for applications (feature `test-util`) |
-//! | [`actor`], [`retry`], [`pattern`], [`breaker`], [`clock`], [`error`] | plain data and pure rules, injected time, [`Error`] with an [`ErrorKind`] to branch on |
+//! | [`actor`], [`retry`], [`pattern`], [`text`], [`whole`], [`breaker`], [`clock`], [`error`] | plain data and pure rules (the input grammars the OpenAPI document states too), injected time, [`Error`] with an [`ErrorKind`] to branch on |
 //!
 //! # Features
 //!
@@ -118,6 +118,8 @@ mod sync;
 pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
+pub mod text;
+pub mod whole;
 
 pub use actor::{Actor, ActorKind};
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};

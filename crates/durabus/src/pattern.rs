@@ -6,8 +6,17 @@
 
 use crate::error::{Error, Result};
 
-/// Longest event type or pattern accepted, in bytes.
+/// Longest event type or pattern accepted, in bytes (they are ASCII: characters too).
 pub const MAX_TYPE_LEN: usize = 255;
+
+/// A regular expression (ECMA-262, Python and Rust alike) of the event types
+/// [`validate_event_type`] accepts in shape, for documents such as the admin API's OpenAPI
+/// (with a `maxLength` of [`MAX_TYPE_LEN`]).
+pub const EVENT_TYPE_REGEX: &str = "^[A-Za-z0-9_:/-]+(\\.[A-Za-z0-9_:/-]+)*$";
+
+/// A regular expression of the patterns [`Pattern::new`] accepts (an event type in which `*`
+/// may stand anywhere), with a `maxLength` of [`MAX_TYPE_LEN`].
+pub const PATTERN_REGEX: &str = "^[A-Za-z0-9_:/*-]+(\\.[A-Za-z0-9_:/*-]+)*$";
 
 fn allowed(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/')
@@ -150,6 +159,24 @@ mod tests {
         assert!(m("ab*ba", "aba.ba"));
         assert!(!m("ab*ba", "aba"));
         assert!(m("**", "x"));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The regular expressions the OpenAPI document carries accept exactly what the
+        /// validators accept (with the length limit beside them).
+        #[test]
+        fn the_regexes_agree_with_the_validators(s in "[a-c.*: /é_-]{0,8}") {
+            let fits = |re: &str| regex::Regex::new(re).map(|r| r.is_match(&s)).unwrap_or(false);
+            prop_assert_eq!(fits(PATTERN_REGEX), Pattern::new(&s).is_ok(), "pattern {:?}", s);
+            prop_assert_eq!(
+                fits(EVENT_TYPE_REGEX),
+                validate_system_type(&s).is_ok(),
+                "type {:?}",
+                s
+            );
+        }
     }
 
     #[test]

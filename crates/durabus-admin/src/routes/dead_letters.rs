@@ -39,8 +39,10 @@ pub(crate) struct ListQuery {
     #[param(value_type = Option<String>, format = DateTime)]
     to: Option<Timestamp>,
     /// Start after this position: the `next` of the previous page.
+    #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     before: Option<i64>,
     /// Most records per page: 1 to 1000, 50 by default.
+    #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     limit: Option<u32>,
 }
 
@@ -80,6 +82,7 @@ impl From<FilterBody> for DeadLetterFilter {
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct PreviewBody {
     /// The selection.
+    #[serde(deserialize_with = "crate::extract::object")]
     filter: FilterBody,
 }
 
@@ -107,7 +110,7 @@ pub(crate) struct BulkBody {
     #[serde(default)]
     note: Option<String>,
     /// The selection.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::extract::object")]
     filter: FilterBody,
     /// Must be `true` when the filter is empty (every dead letter).
     #[serde(default)]
@@ -130,11 +133,11 @@ pub(crate) struct AbandonBody {
     note: Option<String>,
 }
 
+/// The `status` parameter: statuses separated by commas, nothing else (as the document's
+/// pattern says).
 fn statuses(text: Option<&str>) -> ApiResult<Vec<DeadLetterStatus>> {
     text.map(|t| {
         t.split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
             .map(|s| s.parse::<DeadLetterStatus>().map_err(ApiError::from))
             .collect()
     })
@@ -239,12 +242,12 @@ pub(crate) async fn abandon(
     act(&state, id, Action::Abandon { note: body.note }, &caller).await
 }
 
-/// An optional JSON body: empty is the default.
+/// An optional JSON body: empty, or `null`, is the default.
 fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    crate::extract::parse_json(body)
+    Ok(crate::extract::parse_json::<Option<T>>(body)?.unwrap_or_default())
 }
 
 /// Query of the groups listing.
@@ -253,6 +256,7 @@ fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> ApiRe
 #[serde(deny_unknown_fields)]
 pub(crate) struct GroupsQuery {
     /// Most groups: 1 to 1000, 50 by default.
+    #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     limit: Option<u32>,
 }
 

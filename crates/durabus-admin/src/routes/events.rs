@@ -27,8 +27,10 @@ pub(crate) struct ListQuery {
     #[param(value_type = Option<String>, format = DateTime)]
     to: Option<Timestamp>,
     /// Events to skip (the `next_offset` of the previous page).
+    #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     offset: Option<u64>,
     /// Most events: 1 to 1000, 100 by default.
+    #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     limit: Option<u32>,
 }
 

@@ -23,6 +23,7 @@ pub(crate) struct ListQuery {
     /// `dead_letters.abandon`, `dead_letters.purge`.
     kind: Option<String>,
     /// Most operations: 1 to 1000, 50 by default.
+    #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     limit: Option<u32>,
 }
 

@@ -48,6 +48,7 @@ pub(crate) struct ReplayBody {
     /// Select the whole history (needed when neither `from` nor `ids` is given).
     all: bool,
     /// Most events replayed per second: 1 to 1,000,000; 2,000 unless given.
+    #[serde(default, deserialize_with = "durabus::whole::optional")]
     rate_limit: Option<u32>,
     /// No rate limit: as fast as the store goes (live traffic shares the store).
     unthrottled: bool,

@@ -249,10 +249,6 @@ pub(crate) async fn metrics(State(state): State<AdminState>) -> ApiResult<Respon
     responses((status = 200, description = "The OpenAPI document", body = Object), Errors))]
 pub(crate) async fn openapi_json() -> Response {
     static DOC: OnceLock<String> = OnceLock::new();
-    let doc = DOC.get_or_init(|| {
-        crate::openapi()
-            .to_json()
-            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-    });
+    let doc = DOC.get_or_init(|| crate::openapi().to_string());
     ([(header::CONTENT_TYPE, "application/json")], doc.clone()).into_response()
 }

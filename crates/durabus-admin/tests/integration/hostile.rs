@@ -215,8 +215,9 @@ async fn malformed_values_get_a_4xx_with_the_error_shape(api: &Api) {
             "/api/v2/dead-letters/bulk/preview",
             r#"{"filter":{"status":["pending","'; DROP TABLE x; --"]}}"#.to_owned(),
         ),
-        // Times must be RFC 3339 strings from 1970 on: numbers (before 1970 they made the time
-        // formatting panic and the connection drop) and earlier dates are refused.
+        // Times must be RFC 3339 strings within the years 0000–9999 in UTC: numbers (before 1970
+        // they made the time formatting panic and the connection drop) and earlier times are
+        // refused.
         (
             "/api/v2/replay",
             r#"{"from":-1000,"to":-1,"mode":"run","rate_limit":1}"#.to_owned(),
@@ -227,7 +228,7 @@ async fn malformed_values_get_a_4xx_with_the_error_shape(api: &Api) {
         ),
         (
             "/api/v2/replay",
-            r#"{"from":"1969-12-31T00:00:00Z","mode":"preview"}"#.to_owned(),
+            r#"{"from":"0000-01-01T00:00:00+00:01","mode":"preview"}"#.to_owned(),
         ),
         (
             "/api/v2/dead-letters/bulk/preview",

@@ -29,8 +29,8 @@ pub struct Args {
     /// Longest a request may take, in seconds.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
-    /// Largest request body, in KiB.
-    #[arg(long, default_value_t = 256)]
+    /// Largest request body, in KiB (the default fits the largest body the API allows).
+    #[arg(long, default_value_t = 512)]
     body_limit_kib: usize,
     /// Print the OpenAPI document and exit.
     #[arg(long)]
@@ -63,7 +63,10 @@ fn tokens(args: &Args) -> anyhow::Result<Tokens> {
 
 pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     if args.print_openapi {
-        outln!("{}", durabus_admin::openapi().to_pretty_json()?);
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&durabus_admin::openapi())?
+        );
         return Ok(());
     }
     let mut tokens = tokens(&args)?;

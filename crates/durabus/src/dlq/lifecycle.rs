@@ -175,28 +175,18 @@ impl Action {
 
     /// Refuses a resolve without a note and notes that are too long.
     pub fn validate(&self) -> Result<()> {
-        let note = match self {
-            Action::Resolve { note } => {
-                if note.trim().is_empty() {
-                    return Err(Error::invalid(
-                        "note",
-                        "resolving a dead letter needs a note that says why",
-                        "1 to 2000 bytes of text",
-                    ));
-                }
-                Some(note)
-            }
-            Action::Abandon { note } => note.as_ref(),
-            _ => None,
-        };
-        if note.is_some_and(|n| n.len() > 2000) {
-            return Err(Error::invalid(
+        match self {
+            Action::Resolve { note } => crate::text::check(
                 "note",
-                format!("{} bytes", note.map_or(0, |n| n.len())),
-                "at most 2000 bytes",
-            ));
+                note,
+                MAX_NOTE,
+                Some("resolving a dead letter needs a note that says why"),
+            ),
+            Action::Abandon { note: Some(note) } => {
+                crate::text::check("note", note, MAX_NOTE, None)
+            }
+            _ => Ok(()),
         }
-        Ok(())
     }
 }
 
@@ -232,6 +222,9 @@ impl Action {
         .collect()
     }
 }
+
+/// The longest note on resolving or abandoning a dead letter, in characters.
+pub const MAX_NOTE: usize = 2000;
 
 /// What applying an action changes.
 #[derive(Debug, Clone, PartialEq, Eq)]

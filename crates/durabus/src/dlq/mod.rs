@@ -48,7 +48,7 @@ pub use death::{Death, DeathWrite, Existing, SYSTEM_DEAD_LETTER, plan_death, spl
 pub use filter::{DeadLetterFilter, Head, Keyset, MAX_PAGE};
 pub use groups::{DeadLetterGroup, GROUP_TYPES_LISTED, GroupDelta, group_delta, sum_deltas};
 pub use inspector::{DEFAULT_LIMIT, DlqInspector, Page};
-pub use lifecycle::{Action, Change, DeadLetterPolicy, State, apply};
+pub use lifecycle::{Action, Change, DeadLetterPolicy, MAX_NOTE, State, apply};
 pub use record::{DeadLetter, DeadLetterStatus, DeadLetterSummary, ErrorRound};
 pub use service::{
     BulkRequest, DeadLetterPage, DeadLetterSummaryPage, DeadLetters, Preview, SAMPLES,

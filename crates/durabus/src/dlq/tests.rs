@@ -355,7 +355,21 @@ fn filters_are_checked() {
         created_before: Some(t(5)),
         ..DeadLetterFilter::default()
     };
-    assert!(empty_range.validate().is_err());
+    // Valid: it selects nothing (no JSON Schema can compare two fields, so the API's
+    // document could not say it is refused).
+    assert!(empty_range.validate().is_ok());
+    for group in ["", &"é".repeat(65)] {
+        let bad = DeadLetterFilter {
+            group: Some(group.into()),
+            ..DeadLetterFilter::default()
+        };
+        assert!(bad.validate().is_err(), "{group:?}");
+    }
+    let many_chars = DeadLetterFilter {
+        group: Some("é".repeat(64)),
+        ..DeadLetterFilter::default()
+    };
+    assert!(many_chars.validate().is_ok(), "64 characters, 128 bytes");
     assert!(
         Keyset {
             before: None,

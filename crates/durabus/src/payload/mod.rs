@@ -19,7 +19,8 @@ pub mod redact;
 mod service;
 mod source;
 
-pub use service::{ConfigChange, ConfigInput, Payloads};
+pub use redact::JSON_PATH_REGEX;
+pub use service::{ConfigChange, ConfigInput, MAX_REASON, Payloads};
 pub use source::{CONFIG_REFRESH, ConfigSource};
 
 use std::sync::{Arc, RwLock};
@@ -43,6 +44,10 @@ pub const DEFAULT_RETENTION_DAYS: u32 = 14;
 pub const ANY_TYPE: &str = "*";
 /// In a configuration's stages: every stage.
 pub const ALL_STAGES: &str = "*";
+
+/// A regular expression (ECMA-262, Python and Rust alike) of a configuration's stages: what
+/// [`validate_stage`] accepts, or `*` for every stage.
+pub const STAGES_ITEM_REGEX: &str = "^(\\*|[A-Za-z0-9_.-]{1,64})$";
 
 /// Refuses a stage name that is empty, too long, or not letters, digits, `_`, `-`, `.`.
 pub fn validate_stage(stage: &str) -> Result<()> {

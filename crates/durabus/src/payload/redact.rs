@@ -26,6 +26,45 @@ pub struct JsonPath {
     steps: Vec<Step>,
 }
 
+/// Whitespace as `str::trim` sees it (Unicode `White_Space`): the inside of a regular
+/// expression class.
+macro_rules! ws_class {
+    () => {
+        "\\t\\n\\x0b\\x0c\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+    };
+}
+
+/// A bracket step: `[*]`, `[3]`, `['key']` or `["key"]`, whitespace allowed inside.
+macro_rules! bracket {
+    () => {
+        concat!(
+            "\\[[",
+            ws_class!(),
+            "]*(\\*|'[^\\]]*'|\"[^\\]]*\"|[0-9]{1,9})[",
+            ws_class!(),
+            "]*\\]"
+        )
+    };
+}
+
+/// A regular expression (ECMA-262, Python and Rust alike) of the paths [`JsonPath::parse`]
+/// accepts: `$`, then steps `.key`, `.*`, `[*]`, `[3]`, `['key']` or `["key"]`, with
+/// whitespace allowed around the whole (it is trimmed, so the last key cannot end in it) and
+/// inside brackets.
+pub const JSON_PATH_REGEX: &str = concat!(
+    "^[",
+    ws_class!(),
+    "]*\\$(\\.[^.\\[]+|",
+    bracket!(),
+    ")*(\\.[^.\\[]*[^.\\[",
+    ws_class!(),
+    "]|",
+    bracket!(),
+    ")[",
+    ws_class!(),
+    "]*$"
+);
+
 impl JsonPath {
     /// Parses a path. Fails with [`Error::Invalid`] for one that does not start at `$`,
     /// is empty after it, or has a malformed step.
@@ -78,10 +117,16 @@ impl JsonPath {
                             .or_else(|| inner.strip_prefix('"').and_then(|s| s.strip_suffix('"')))
                         {
                             Step::Key(q.to_owned())
-                        } else {
+                        } else if (1..=9).contains(&inner.len())
+                            && inner.bytes().all(|b| b.is_ascii_digit())
+                        {
                             Step::Index(inner.parse().map_err(|_| {
                                 bad("a bracket holds a number, '*' or a quoted key")
                             })?)
+                        } else {
+                            return Err(bad(
+                                "a bracket holds an index of 1 to 9 digits, '*' or a quoted key",
+                            ));
                         };
                     steps.push(step);
                     i = close + 1;
@@ -163,7 +208,50 @@ pub fn redact_text(payload: &str, paths: &[JsonPath]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4000))]
+
+        /// The regular expression the OpenAPI document carries accepts exactly what the
+        /// parser accepts.
+        #[test]
+        fn the_regex_agrees_with_the_parser(s in "[ $.\\[\\]*'\"a1\u{a0}\u{2028}]{0,8}") {
+            let re = regex::Regex::new(JSON_PATH_REGEX).unwrap();
+            prop_assert_eq!(re.is_match(&s), JsonPath::parse(&s).is_ok(), "{:?}", s);
+        }
+
+        #[test]
+        fn the_stage_regex_agrees_with_the_check(s in "[a-c1*._/ -]{0,6}") {
+            let re = regex::Regex::new(crate::payload::STAGES_ITEM_REGEX).unwrap();
+            let ok = s == "*" || crate::payload::validate_stage(&s).is_ok();
+            prop_assert_eq!(re.is_match(&s), ok, "{:?}", s);
+        }
+    }
+
+    #[test]
+    fn a_path_regex_sample_agrees_with_the_parser() {
+        let re = regex::Regex::new(JSON_PATH_REGEX).unwrap();
+        for (path, ok) in [
+            ("$.card.number", true),
+            ("  $.items[*].sku ", true),
+            ("$['a.b'][ 12 ]", true),
+            ("$[\"x\"]", true),
+            ("$[1234567890]", false),
+            ("$[+1]", false),
+            ("$", false),
+            ("$.", false),
+            ("$['a]", false),
+            ("$.a.\u{2028}", false),
+            ("$. .a", true),
+            ("$.a \u{2028}b ", true),
+            ("card", false),
+        ] {
+            assert_eq!(re.is_match(path), ok, "regex {path:?}");
+            assert_eq!(JsonPath::parse(path).is_ok(), ok, "parser {path:?}");
+        }
+    }
 
     fn paths(p: &[&str]) -> Vec<JsonPath> {
         p.iter().map(|s| JsonPath::parse(s).unwrap()).collect()

@@ -29,7 +29,7 @@ pub struct ConfigInput {
     #[serde(default = "all_stages")]
     pub stages: Vec<String>,
     /// Days snapshots are kept; a negative number is refused. Defaults to 14.
-    #[serde(default = "default_days")]
+    #[serde(default = "default_days", deserialize_with = "crate::whole::number")]
     pub retention_days: i64,
     /// JSON paths operators never see. Defaults to none.
     #[serde(default)]
@@ -38,6 +38,9 @@ pub struct ConfigInput {
     #[serde(default)]
     pub redact_before_store: bool,
 }
+
+/// The longest reason for deleting payloads, in characters.
+pub const MAX_REASON: usize = 255;
 
 fn all_stages() -> Vec<String> {
     vec![ALL_STAGES.to_owned()]
@@ -306,21 +309,13 @@ impl Payloads {
     /// [`Error::NotFound`] when the event has no snapshot holding bytes.
     pub async fn delete(&self, event_id: EventId, reason: &str, actor: &Actor) -> Result<u64> {
         actor.validate()?;
+        crate::text::check(
+            "reason",
+            reason,
+            MAX_REASON,
+            Some("deleting payloads needs a reason (it is kept for the audit)"),
+        )?;
         let reason = reason.trim();
-        if reason.is_empty() {
-            return Err(Error::invalid(
-                "reason",
-                "deleting payloads needs a reason (it is kept for the audit)",
-                "1 to 255 bytes of text",
-            ));
-        }
-        if reason.len() > 255 {
-            return Err(Error::invalid(
-                "reason",
-                format!("{} bytes", reason.len()),
-                "1 to 255 bytes of text",
-            ));
-        }
         let n = self
             .store
             .payload_soft_delete(event_id, reason, &actor.name, self.clock.now())

@@ -105,8 +105,8 @@ impl ReplaySelection {
         self
     }
 
-    /// Checks the selection: a start or ids (or `all`), an empty time range, bad patterns,
-    /// too many ids or patterns. Fails with [`Error::Invalid`] or
+    /// Checks the selection: a start or ids (or `all`), bad patterns, too many ids or
+    /// patterns. (A time range that ends before it starts selects nothing.) Fails with [`Error::Invalid`] or
     /// [`Error::InvalidPattern`].
     pub fn validate(&self) -> Result<()> {
         if self.from.is_none() && self.ids.is_empty() && !self.all {
@@ -114,15 +114,6 @@ impl ReplaySelection {
                 "from",
                 "a replay without a start time, event ids or all",
                 "a start time (from), event ids, or all to replay every stored event",
-            ));
-        }
-        if let (Some(from), Some(to)) = (self.from, self.to)
-            && from >= to
-        {
-            return Err(Error::invalid(
-                "to",
-                format!("an empty time range: from {from} is not before {to}"),
-                "a time after from",
             ));
         }
         if self.ids.len() > MAX_IDS {

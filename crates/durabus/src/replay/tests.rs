@@ -40,11 +40,10 @@ fn a_selection_needs_a_start_ids_or_all() {
 #[test]
 fn bad_selections_are_refused_with_the_reason() {
     let field = |e: crate::Error| e.invalid_value().map(|v| (v.field, v.problem, v.accepted));
+    // A range that ends where it starts is valid and selects nothing.
     let empty_range = ReplaySelection::range(Timestamp(10), Some(Timestamp(10)));
-    let (f, problem, accepted) = field(empty_range.validate().unwrap_err()).unwrap();
-    assert_eq!(f, "to");
-    assert!(problem.contains("empty time range"), "{problem}");
-    assert_eq!(accepted, "a time after from");
+    empty_range.validate().unwrap();
+    assert!(!empty_range.matches(&event("order.created", 10, EventStatus::Done)));
     let bad_type = ReplaySelection::range(Timestamp(0), None).types(["order..x"]);
     let e = bad_type.validate().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput);

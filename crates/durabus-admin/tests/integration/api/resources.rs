@@ -144,6 +144,17 @@ pub(super) async fn replays_preview_dry_run_start_follow_and_cancel(api: &Api) {
         .await;
     assert_eq!(s, StatusCode::OK, "{dry}");
     assert_eq!(dry["dry_run"]["count"], 3);
+    // The largest selection the document allows fits the default body limit.
+    let ids: Vec<String> = (0..durabus::replay::MAX_IDS)
+        .map(|_| durabus::EventId::new().to_string())
+        .collect();
+    let types: Vec<String> = (0..durabus::replay::MAX_TYPES)
+        .map(|_| "t".repeat(durabus::pattern::MAX_TYPE_LEN))
+        .collect();
+    let body = json!({ "ids": ids, "types": types, "mode": "preview" });
+    let (s, largest) = api.post("/api/v2/replay", body).await;
+    assert_eq!(s, StatusCode::OK, "{largest}");
+    assert_eq!(largest["preview"]["count"], 0);
     assert_error(
         &api.post("/api/v2/replay", json!({ "types": ["pay.*"] }))
             .await,

@@ -98,7 +98,7 @@ pub(super) async fn the_openapi_document_lists_exactly_the_routes(api: &Api) {
     let (status, served) = api.get("/api/v2/openapi.json").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(served["openapi"], "3.1.0");
-    let made: Value = serde_json::from_str(&durabus_admin::openapi().to_json().unwrap()).unwrap();
+    let made: Value = durabus_admin::openapi();
     assert_eq!(served, made);
     for p in [
         "/api/v2/dead-letters",
@@ -149,7 +149,7 @@ pub(super) async fn bodies_that_cannot_be_read_get_the_right_status(api: &Api) {
     );
     let huge = format!(
         r#"{{"action": "retry", "note": "{}"}}"#,
-        "x".repeat(300 * 1024)
+        "x".repeat(600 * 1024)
     );
     assert_error(
         &api.raw(req(&huge, "application/json")).await,
@@ -291,7 +291,7 @@ pub(super) async fn every_refused_value_names_its_field_problem_and_accepted_ran
         StatusCode::UNPROCESSABLE_ENTITY,
         "rate_limit",
     );
-    assert!(d["accepted"].as_str().unwrap().contains("u32"), "{d}");
+    assert_eq!(d["accepted"], "a whole number from 0 to 4294967295", "{d}");
     details(
         &api.post("/api/v2/dead-letters/bulk", json!({"all": true}))
             .await,
@@ -316,12 +316,28 @@ pub(super) async fn every_refused_value_names_its_field_problem_and_accepted_ran
         "rate_limit",
     );
     assert_eq!(d["problem"], "0 events/s");
-    let d = details(
-        &api.post("/api/v2/replay", json!({"mode": "preview", "from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"})).await,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "to",
+    // An empty range is a selection of nothing; a time without its zone is refused.
+    let (s, empty) = api
+        .post(
+            "/api/v2/replay",
+            json!({"mode": "preview", "from": "2026-02-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(
+        (s, &empty["preview"]["count"]),
+        (StatusCode::OK, &json!(0)),
+        "{empty}"
     );
-    assert_eq!(d["accepted"], "a time after from");
+    let d = details(
+        &api.post(
+            "/api/v2/replay",
+            json!({"mode": "preview", "from": "2026-02-01T00:00:00"}),
+        )
+        .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "from",
+    );
+    assert!(d["accepted"].as_str().unwrap().contains("RFC 3339"), "{d}");
     details(
         &api.call(
             Method::PUT,

@@ -4,9 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use durabus::{
-    Error, Event, EventBus, EventId, EventQuery, EventStatus, NewEvent, SubscribeOptions,
-};
+use durabus::{Event, EventBus, EventId, EventQuery, EventStatus, NewEvent, SubscribeOptions};
 
 use crate::support::*;
 
@@ -112,10 +110,17 @@ pub async fn history_lists_by_type_status_and_time(h: &Harness) {
         ),
         vec![pending]
     );
-    assert!(matches!(
-        history.list(q(None, None, Some(3), Some(3))).await,
-        Err(Error::Invalid(_))
-    ));
+    // A range that ends where (or before) it starts selects nothing, as the API documents
+    // (no JSON Schema can compare two fields, so it is not refused).
+    for (from, before) in [(3, 3), (5, 1)] {
+        assert!(
+            history
+                .list(q(None, None, Some(from), Some(before)))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
     bus.shutdown().await.unwrap();
 }
 
