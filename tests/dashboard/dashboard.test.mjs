@@ -119,6 +119,43 @@ test('the groups view lists the seeded failure groups and leads to their dead le
   await t.close();
 });
 
+test('long errors, signatures and types wrap inside a 1360 px window', async () => {
+  const t = await open(DASH_ADMIN);
+  const long = 'E'.repeat(700) + ' https://gateway.example/' + 'segment/'.repeat(60);
+  // The seeded errors are short: give each group the longest text an error can have.
+  await t.page.route('**/api/v2/dead-letter-groups*', async (route) => {
+    const res = await route.fetch();
+    const gs = (await res.json()).map((g) => ({
+      ...g, sample_error: long, signature: 'S'.repeat(300),
+      event_types: [`payment.${'t'.repeat(240)}`], subscription: 'sub-'.repeat(60),
+    }));
+    await route.fulfill({ response: res, json: gs });
+  });
+  await t.page.goto(DASH_URL + '/#/groups');
+  await t.page.waitForSelector('tr[data-group]');
+  const [page, view] = await t.page.evaluate(() => [
+    document.documentElement.scrollWidth, document.documentElement.clientWidth]);
+  assert.ok(page <= view, `the page is ${page} px wide in a ${view} px window`);
+  const cells = await t.page.$$eval('tr[data-group] td', (tds) =>
+    tds.filter((td) => td.getBoundingClientRect().right > document.documentElement.clientWidth).length);
+  assert.equal(cells, 0, 'every cell ends inside the window');
+  // Times stay on one line; an error shows at most four lines, all of it on hover.
+  const lines = (sel) => t.page.$$eval(sel, (els) => els.map((e) => {
+    const r = document.createRange();
+    r.selectNodeContents(e);
+    return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size;
+  }));
+  for (const n of await lines('tr[data-group] td.time')) assert.equal(n, 1, 'a time on one line');
+  const clipped = await t.page.$$eval('tr[data-group] td.err .clip', (els) => els.map((e) =>
+    [Math.round(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight)), e.title]));
+  for (const [n, title] of clipped) {
+    assert.ok(n <= 4, `an error in ${n} lines`);
+    assert.equal(title, long);
+  }
+  await shot(t.page, 'groups-long-errors');
+  await t.close();
+});
+
 async function xssLetter() {
   const page = await get('/api/v2/dead-letters?event_type=pay.card&limit=100');
   for (const d of page.items) {

@@ -68,6 +68,11 @@ function when(ts) {
   });
 }
 
+/** Free text that may be long (an error): at most four lines in its cell, all of it on hover. */
+function clip(text) {
+  return el('div', { class: 'clip', title: text }, text);
+}
+
 /** A count with the reader's thousands separators. */
 function num(n) {
   return typeof n === 'number' ? n.toLocaleString() : String(n);
@@ -310,7 +315,7 @@ async function overview(quiet) {
   const jobRows = jobs.map((j) => el('tr', {},
     el('td', {}, j.name), el('td', {}, j.schedule),
     el('td', {}, j.last && j.last.last_status ? badge(j.last.last_status) : '—'),
-    el('td', {}, when(j.last && j.last.last_finished_at)), el('td', {}, j.enabled ? when(j.next_run) : 'disabled')));
+    el('td', { class: 'time' }, when(j.last && j.last.last_finished_at)), el('td', { class: 'time' }, j.enabled ? when(j.next_run) : 'disabled')));
   fill(view(),
     el('h1', { text: 'Overview' }),
     el('div', { class: 'cards' },
@@ -401,9 +406,9 @@ async function deadLetters(params, quiet) {
   const listing = (pg) => {
     const rows = pg.items.map((d) => el('tr', { 'data-id': d.event_id },
       isAdmin() ? el('td', {}, el('input', { type: 'checkbox', class: 'pick', 'aria-label': 'select', onchange: (ev) => { if (ev.target.checked) selected.add(d.event_id); else selected.delete(d.event_id); updateSelection(); } })) : null,
-      el('td', {}, el('a', { href: `#/dead-letters/${encodeURIComponent(d.event_id)}`, text: when(d.created_at) })),
+      el('td', { class: 'time' }, el('a', { href: `#/dead-letters/${encodeURIComponent(d.event_id)}`, text: when(d.created_at) })),
       el('td', {}, d.type), el('td', {}, d.subscription || '—'), el('td', {}, badge(d.status)),
-      el('td', {}, String(d.rounds)), el('td', { class: 'err', title: d.last_error }, d.last_error),
+      el('td', {}, String(d.rounds)), el('td', { class: 'err' }, clip(d.last_error)),
       isAdmin() ? el('td', {}, (d.actions || []).includes('retry') ? el('button', { text: 'Retry', class: 'retry', onclick: () => actOnMany([d.event_id], 'retry') }) : '') : null));
     const headers = [isAdmin() ? '' : null, 'Created', 'Type', 'Subscription', 'Status', 'Rounds', 'Last error', isAdmin() ? '' : null].filter((h) => h !== null);
     const pager = el('div', { class: 'pager' },
@@ -574,10 +579,10 @@ async function groups(quiet) {
   const gs = await attempt(() => get('/api/v2/dead-letter-groups?limit=200'));
   if (!gs) return;
   const rows = gs.map((g) => el('tr', { 'data-group': g.fingerprint },
-    el('td', {}, el('a', { href: `#/dead-letters?group=${encodeURIComponent(g.fingerprint)}`, text: g.signature || g.fingerprint })),
+    el('td', { class: 'wide' }, el('a', { href: `#/dead-letters?group=${encodeURIComponent(g.fingerprint)}`, class: 'clip', title: g.signature || g.fingerprint, text: g.signature || g.fingerprint })),
     el('td', {}, num(g.count)), el('td', {}, num(g.open)), el('td', {}, (g.event_types || []).join(', ')),
-    el('td', {}, g.subscription || '—'), el('td', {}, when(g.first_seen)), el('td', {}, when(g.last_seen)),
-    el('td', { class: 'err', title: g.sample_error }, g.sample_error)));
+    el('td', {}, g.subscription || '—'), el('td', { class: 'time' }, when(g.first_seen)), el('td', { class: 'time' }, when(g.last_seen)),
+    el('td', { class: 'err' }, clip(g.sample_error))));
   fill(view(),
     el('h1', { text: 'Failure groups' }),
     el('p', { class: 'muted', text: 'Dead letters gathered by the shape of their failure (the error with ids, numbers and times taken out). Click a group for its dead letters.' }),
@@ -594,8 +599,8 @@ async function events(params, quiet) {
   const page = await attempt(() => get('/api/v2/events?' + q));
   if (!page) return;
   const rows = page.items.map((e) => el('tr', {},
-    el('td', {}, el('a', { href: `#/events/${encodeURIComponent(e.id)}`, text: when(e.created_at) })),
-    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.retry_count)), el('td', {}, when(e.updated_at))));
+    el('td', { class: 'time' }, el('a', { href: `#/events/${encodeURIComponent(e.id)}`, text: when(e.created_at) })),
+    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.retry_count)), el('td', { class: 'time' }, when(e.updated_at))));
   const offset = Number(params.get('offset') || 0);
   fill(view(),
     el('h1', { text: 'Events' }),
@@ -727,14 +732,14 @@ async function operations(quiet) {
   const opRows = ops.map((o) => el('tr', { 'data-op': o.id },
     el('td', {}, el('code', { text: o.id })), el('td', {}, o.kind), el('td', {}, badge(o.status)),
     el('td', {}, el('progress', { max: Math.max(o.total, 1), value: o.processed + o.skipped }), ` ${o.processed + o.skipped}/${o.total}`),
-    el('td', {}, o.actor ? o.actor.name : '—'), el('td', {}, when(o.created_at)),
+    el('td', {}, o.actor ? o.actor.name : '—'), el('td', { class: 'time' }, when(o.created_at)),
     el('td', {}, isAdmin() && (o.status === 'running' || o.status === 'pending')
       ? el('button', { class: 'danger', text: 'Cancel', onclick: async () => { await attempt(() => post(`/api/v2/operations/${encodeURIComponent(o.id)}/cancel`)); operations(true); } })
       : '')));
   const jobRows = jobs.map((j) => el('tr', {},
     el('td', {}, j.name), el('td', {}, j.schedule), el('td', {}, j.enabled ? 'yes' : 'no'),
     el('td', {}, j.last && j.last.last_status ? badge(j.last.last_status) : '—'),
-    el('td', { class: 'err' }, (j.last && j.last.last_message) || ''), el('td', {}, when(j.next_run)),
+    el('td', { class: 'err' }, clip((j.last && j.last.last_message) || '')), el('td', { class: 'time' }, when(j.next_run)),
     el('td', {}, isAdmin() ? el('button', { text: 'Run now', onclick: async () => {
       const r = await attempt(() => post(`/api/v2/jobs/${encodeURIComponent(j.name)}/run`));
       if (r) { banner(`${r.name}: ${r.status} — ${r.message}`, 'info'); operations(true); }
