@@ -174,3 +174,8 @@ pub struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/OPERATIONS.md")]
 pub struct OperationsDoctests;
+
+/// The observability page's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/OBSERVABILITY.md")]
+pub struct ObservabilityDoctests;

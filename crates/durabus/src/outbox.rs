@@ -143,6 +143,8 @@ impl Outbox {
     /// the caller's transaction as it was. Events whose id is already stored are skipped.
     /// Returns the ids in order.
     pub fn publish_batch(&self, conn: &Connection, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
+        let span = Published::span("outbox", &events);
+        let _entered = span.enter();
         for e in &events {
             e.check(self.max_payload_bytes)?;
         }

@@ -91,6 +91,12 @@ impl Published {
         }
     }
 
+    /// The producer span of a call that stores `events` (`operation`: `publish`, `enqueue`,
+    /// `enqueue_batch`, `outbox`): every publish path opens its span here.
+    pub(crate) fn span(operation: &'static str, events: &[NewEvent]) -> tracing::Span {
+        crate::telemetry::spans::send(operation, events)
+    }
+
     /// The metrics, if any.
     pub(crate) fn telemetry(&self) -> Option<&Arc<Telemetry>> {
         self.telemetry.as_ref()

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::payload::NewSnapshot;
 use crate::store::InsertMode;
+use tracing::Instrument;
 
 impl EventBus {
     /// The `published` snapshots of `events`, when automatic snapshots are on.
@@ -68,33 +69,38 @@ impl EventBus {
         let now = dispatcher.clock().now();
         let id = event.id;
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
+        let span = crate::published::Published::span("publish", std::slice::from_ref(&event));
         // Stored and delivered in one task of its own: if the caller drops this future, the
         // insert and the delivery still finish and the outcome is recorded, so the event is
-        // never left `processing` with nobody delivering it.
-        let task = tokio::spawn(async move {
-            let started = std::time::Instant::now();
-            let inserted = dispatcher
-                .store()
-                .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
-                .await
-                .map_err(Self::map_closed)?;
-            counted(
-                dispatcher.published(),
-                [event.event_type.as_str()],
-                &inserted,
-                started,
-            );
-            // Idempotent publish: an event with this id is already stored (and delivered, or
-            // on its way); it is not delivered again.
-            if inserted.first() == Some(&true) {
-                dispatcher
-                    .deliver(event.into_event(EventStatus::Processing, now))
-                    .await;
+        // never left `processing` with nobody delivering it. The inline delivery's spans nest
+        // under the publish's.
+        let task = tokio::spawn(
+            async move {
+                let started = std::time::Instant::now();
+                let inserted = dispatcher
+                    .store()
+                    .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
+                    .await
+                    .map_err(Self::map_closed)?;
+                counted(
+                    dispatcher.published(),
+                    [event.event_type.as_str()],
+                    &inserted,
+                    started,
+                );
+                // Idempotent publish: an event with this id is already stored (and delivered, or
+                // on its way); it is not delivered again.
+                if inserted.first() == Some(&true) {
+                    dispatcher
+                        .deliver(event.into_event(EventStatus::Processing, now))
+                        .await;
+                }
+                drop(guard);
+                crate::fail_point!("publish.before_reply");
+                Ok(())
             }
-            drop(guard);
-            crate::fail_point!("publish.before_reply");
-            Ok(())
-        });
+            .instrument(span),
+        );
         match task.await {
             Ok(result) => result.map(|()| id),
             Err(e) => Err(Error::Internal(format!("the publish task failed: {e}"))),
@@ -120,6 +126,12 @@ impl EventBus {
     /// starts without a claim; one enqueue per idle spell takes that path, the others store
     /// their events as pending. Either way the event is durable when this returns.
     pub async fn enqueue_event(&self, event: NewEvent) -> Result<EventId> {
+        let span = crate::published::Published::span("enqueue", std::slice::from_ref(&event));
+        self.enqueue_one(event).instrument(span).await
+    }
+
+    /// [`enqueue_event`](Self::enqueue_event) inside its span.
+    async fn enqueue_one(&self, event: NewEvent) -> Result<EventId> {
         self.check_open()?;
         self.check_size(&event)?;
         let id = event.id;
@@ -231,6 +243,12 @@ impl EventBus {
     /// event fails the whole call and nothing is stored. Events whose id is already stored are
     /// skipped (idempotent), their ids returned like the others.
     pub async fn enqueue_batch(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
+        let span = crate::published::Published::span("enqueue_batch", &events);
+        self.enqueue_many(events).instrument(span).await
+    }
+
+    /// [`enqueue_batch`](Self::enqueue_batch) inside its span.
+    async fn enqueue_many(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
         self.check_open()?;
         for event in &events {
             self.check_size(event)?;

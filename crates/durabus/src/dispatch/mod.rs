@@ -11,7 +11,6 @@ pub(crate) mod handoff;
 pub(crate) mod inflight;
 pub(crate) mod observer;
 pub(crate) mod registry;
-mod run;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -32,7 +31,8 @@ use crate::payload::{ConfigCache, NewSnapshot, STAGE_ERROR, error_text, snapshot
 use crate::retry::RetryPolicy;
 use crate::store::{Outcome, Store};
 use crate::telemetry::RetryMetrics;
-use crate::telemetry::{StoreCall, Telemetry};
+use crate::telemetry::{RunResult, StoreCall, Telemetry, spans};
+use tracing::Instrument;
 
 /// An attempt's outcome and the `error` snapshot of its failure, if one is taken.
 pub(crate) type Attempted = (Outcome, Option<NewSnapshot>);
@@ -285,14 +285,15 @@ impl Dispatcher {
                 continue;
             }
             let started = std::time::Instant::now();
+            let span = spans::process("deliver", event, sub.info.label());
             let result =
                 crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
+                    .instrument(span.clone())
                     .await;
-            self.telemetry.handler_finished(
-                sub.info.label(),
-                run::result_of(&result),
-                started.elapsed(),
-            );
+            let outcome = RunResult::of(&result);
+            spans::ended(&span, outcome);
+            self.telemetry
+                .handler_finished(sub.info.label(), outcome, started.elapsed());
             let at = self.clock.now();
             ended = Some(at);
             self.breakers.record(&sub.info, at, result.is_ok());

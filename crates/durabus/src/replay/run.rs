@@ -21,6 +21,8 @@ use crate::replay::{
     self, ReplayCompleted, ReplayMode, ReplayParams, ReplayStarted, ReplaySummary, TokenBucket,
 };
 use crate::store::Position;
+use crate::telemetry::spans;
+use tracing::Instrument;
 
 /// Replays as a kind of operation, run with `hooks` (a runner of the bus's has none: it runs
 /// re-publishing replays; [`Replays::run`](super::Replays::run) gives an attached replay the
@@ -291,9 +293,13 @@ impl Exec<'_> {
                 continue;
             }
             let (id, event_type) = (event.id, event.event_type.clone());
-            let outcome = run_handler(handler.as_ref(), event, self.hooks.handler_timeout())
-                .await
-                .into_failure();
+            // The replay's own handler: its span names the operation as the consumer.
+            let span = spans::process("replay", &event, &op.id);
+            let result = run_handler(handler.as_ref(), event, self.hooks.handler_timeout())
+                .instrument(span.clone())
+                .await;
+            spans::ended(&span, crate::telemetry::RunResult::of(&result));
+            let outcome = result.into_failure();
             if let Some(bucket) = state.bucket.as_mut() {
                 bucket.take(self.ctx.now(), 1);
             }

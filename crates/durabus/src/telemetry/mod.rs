@@ -1,4 +1,5 @@
-//! Prometheus metrics: counters and histograms kept as things happen, gauges read at scrape
+//! Spans (the `spans` module: a producer span per publish, a consumer span per handler run)
+//! and Prometheus metrics: counters and histograms kept as things happen, gauges read at scrape
 //! time (store depths and ages from indexed queries, cached; this process's resources).
 //!
 //! Every name, type and label is listed in `docs/OPERATIONS.md` ("Metrics"). The families
@@ -8,6 +9,7 @@
 mod config;
 mod gauges;
 mod retry;
+pub(crate) mod spans;
 #[cfg(feature = "metrics")]
 mod store_text;
 
@@ -18,6 +20,7 @@ pub use self::config::MetricsConfig;
 pub use self::gauges::ProcessStats;
 pub(crate) use self::retry::Pass;
 pub use self::retry::{MetricsSnapshot, RetryMetrics, TypeMetrics};
+pub use self::spans::TARGET as SPAN_TARGET;
 #[cfg(feature = "metrics")]
 pub use self::store_text::store_metrics_text;
 pub use crate::store::{PoolGauges, StoreGauges};
@@ -38,6 +41,17 @@ pub enum RunResult {
 }
 
 impl RunResult {
+    /// How a handler run that ended with `outcome` is labelled.
+    pub(crate) fn of(outcome: &crate::handler::HandlerOutcome) -> RunResult {
+        use crate::handler::HandlerOutcome;
+        match outcome {
+            HandlerOutcome::Ok => RunResult::Ok,
+            HandlerOutcome::Error(..) => RunResult::Error,
+            HandlerOutcome::Timeout(_) => RunResult::Timeout,
+            HandlerOutcome::Panic(_) => RunResult::Panic,
+        }
+    }
+
     /// The label value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -12,6 +12,7 @@ mod outbox;
 mod pg_plans;
 mod postgres;
 mod retry_log;
+mod spans;
 mod sqlite;
 mod sqlite_wal;
 mod suite;

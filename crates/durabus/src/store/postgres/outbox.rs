@@ -11,6 +11,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{EventId, NewEvent};
 use crate::published::Published;
+use tracing::Instrument;
 
 /// Writes events into a PostgreSQL bus's tables inside the application's own transaction: the
 /// events exist, and are delivered, only if that transaction commits. The `NOTIFY` that wakes
@@ -79,6 +80,17 @@ impl PgOutbox {
     /// Writes many events on `conn` in one statement, all or none. Events whose id is already
     /// stored are skipped (idempotent publish). Returns the ids in order.
     pub async fn publish_batch(
+        &self,
+        conn: &mut PgConnection,
+        events: Vec<NewEvent>,
+        now: Timestamp,
+    ) -> Result<Vec<EventId>> {
+        let span = Published::span("outbox", &events);
+        self.write(conn, events, now).instrument(span).await
+    }
+
+    /// [`publish_batch`](Self::publish_batch) inside its span.
+    async fn write(
         &self,
         conn: &mut PgConnection,
         events: Vec<NewEvent>,

@@ -1,0 +1,103 @@
+//! `tracing` spans named and attributed after the OpenTelemetry messaging semantic conventions:
+//! one `send` span for each publish (producer) and one `process` span for each handler run of a
+//! delivery attempt (consumer), inside which the handler runs, so its own logs and spans nest
+//! under it. Without a subscriber interested in the `durabus` target nothing is built: the
+//! macros check the callsite's interest before they evaluate a field.
+//!
+//! | attribute | on | value |
+//! |---|---|---|
+//! | `otel.name` | both | `send {type}`, `process {type}` (`send` alone for a batch of several types) |
+//! | `otel.kind` | both | `producer`, `consumer` |
+//! | `messaging.system` | both | `durabus` |
+//! | `messaging.operation.type` | both | `send`, `process` |
+//! | `messaging.operation.name` | both | `publish`, `enqueue`, `enqueue_batch`, `outbox`; `deliver`, `replay` |
+//! | `messaging.destination.name` | both | the event type (a batch's, if it has one) |
+//! | `messaging.message.id` | both | the event id (not on a batch of several) |
+//! | `messaging.batch.message_count` | send | events in the call, when more than one |
+//! | `messaging.consumer.group.name` | process | the subscription's name, or its pattern |
+//! | `durabus.attempt` | process | the delivery attempt, 1 for the first |
+//! | `durabus.outcome` | process | `ok`, `error`, `timeout` or `panic`, when the handler ends |
+//! | `otel.status_code`, `error.type` | process | `ERROR` and the outcome, when it failed |
+
+use tracing::Span;
+use tracing::field::Empty;
+
+use crate::event::{Event, NewEvent};
+use crate::telemetry::RunResult;
+
+/// The target every span of the bus is emitted under (filter on it: `RUST_LOG=durabus=info`).
+pub const TARGET: &str = "durabus";
+
+/// A producer span for a call that stores `events` (`operation`: `publish`, `enqueue`,
+/// `enqueue_batch`, `outbox`).
+pub(crate) fn send(operation: &'static str, events: &[NewEvent]) -> Span {
+    let span = tracing::info_span!(
+        target: "durabus",
+        "send",
+        otel.name = Empty,
+        otel.kind = "producer",
+        messaging.system = "durabus",
+        messaging.operation.type = "send",
+        messaging.operation.name = operation,
+        messaging.destination.name = Empty,
+        messaging.message.id = Empty,
+        messaging.batch.message_count = Empty,
+    );
+    if span.is_disabled() {
+        return span;
+    }
+    let first = events.first().map(|e| e.event_type.as_str());
+    let one_type = first.filter(|t| events.iter().all(|e| e.event_type == *t));
+    match one_type {
+        Some(t) => {
+            span.record("otel.name", format!("send {t}"));
+            span.record("messaging.destination.name", t);
+        }
+        None => {
+            span.record("otel.name", "send");
+        }
+    }
+    match events {
+        [one] => {
+            span.record("messaging.message.id", tracing::field::display(one.id));
+        }
+        many => {
+            span.record("messaging.batch.message_count", many.len());
+        }
+    }
+    span
+}
+
+/// A consumer span for one handler's run of `event` (`operation`: `deliver`, or `replay` for
+/// a replay that runs handlers itself); the handler runs inside it.
+pub(crate) fn process(operation: &'static str, event: &Event, subscription: &str) -> Span {
+    tracing::info_span!(
+        target: "durabus",
+        "process",
+        otel.name = format!("process {}", event.event_type),
+        otel.kind = "consumer",
+        messaging.system = "durabus",
+        messaging.operation.type = "process",
+        messaging.operation.name = operation,
+        messaging.destination.name = event.event_type.as_str(),
+        messaging.message.id = %event.id,
+        messaging.consumer.group.name = subscription,
+        durabus.attempt = event.attempt(),
+        durabus.outcome = Empty,
+        otel.status_code = Empty,
+        error.type = Empty,
+    )
+}
+
+/// Records how the handler run of a [`process`] span ended.
+pub(crate) fn ended(span: &Span, result: RunResult) {
+    if span.is_disabled() {
+        return;
+    }
+    let outcome = result.as_str();
+    span.record("durabus.outcome", outcome);
+    if result != RunResult::Ok {
+        span.record("otel.status_code", "ERROR");
+        span.record("error.type", outcome);
+    }
+}
