@@ -9,7 +9,7 @@ use durabus::dlq::MAX_NOTE;
 use durabus::pattern::{EVENT_TYPE_REGEX, MAX_TYPE_LEN, PATTERN_REGEX};
 use durabus::payload::{JSON_PATH_REGEX, MAX_REASON, STAGES_ITEM_REGEX};
 use durabus::replay::{MAX_IDS, MAX_RATE, MAX_TYPES};
-use durabus::text::NOT_BLANK;
+use durabus::text::{NO_NUL, REQUIRED_TEXT};
 use serde_json::{Value, json};
 
 /// The most records, events, groups or operations one page holds.
@@ -26,12 +26,22 @@ fn glob() -> Value {
 
 /// A failure group's fingerprint as a schema.
 fn group() -> Value {
-    json!({"type": "string", "minLength": 1, "maxLength": 64})
+    json!({"type": "string", "minLength": 1, "maxLength": 64, "pattern": NO_NUL})
 }
 
-/// Text that must hold more than whitespace, at most `max` characters.
+/// A subscription's name or id as a filter.
+fn subscription() -> Value {
+    json!({"type": "string", "pattern": NO_NUL})
+}
+
+/// Text that must hold more than whitespace and no NUL, at most `max` characters.
 fn required_text(max: usize) -> Value {
-    json!({"type": "string", "pattern": NOT_BLANK, "maxLength": max})
+    json!({"type": "string", "pattern": REQUIRED_TEXT, "maxLength": max})
+}
+
+/// Optional text without NUL, at most `max` characters.
+fn optional_text(max: usize) -> Value {
+    json!({"type": ["string", "null"], "maxLength": max, "pattern": NO_NUL})
 }
 
 /// `limit`: 1 to [`MAX_PAGE`].
@@ -59,6 +69,12 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
         ("/api/v2/dead-letters", "get", "limit", limit()),
         ("/api/v2/dead-letters", "get", "event_type", glob()),
         ("/api/v2/dead-letters", "get", "group", group()),
+        (
+            "/api/v2/dead-letters",
+            "get",
+            "subscription",
+            subscription(),
+        ),
         (
             "/api/v2/dead-letters",
             "get",
@@ -114,19 +130,12 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
     // Properties of the bodies (and of the library types they hold).
     for (schema, property, rule) in [
         ("ResolveBody", "note", required_text(MAX_NOTE)),
-        (
-            "AbandonBody",
-            "note",
-            json!({"type": ["string", "null"], "maxLength": MAX_NOTE}),
-        ),
+        ("AbandonBody", "note", optional_text(MAX_NOTE)),
         ("DeleteBody", "reason", required_text(MAX_REASON)),
-        (
-            "BulkBody",
-            "note",
-            json!({"type": ["string", "null"], "maxLength": MAX_NOTE}),
-        ),
+        ("BulkBody", "note", optional_text(MAX_NOTE)),
         ("FilterBody", "event_type", nullable(glob())),
         ("FilterBody", "group", nullable(group())),
+        ("FilterBody", "subscription", nullable(subscription())),
         (
             "ReplayBody",
             "ids",

@@ -102,6 +102,9 @@ impl FromStr for EventStatus {
     }
 }
 
+/// The metadata key a re-published event carries (`replay::REPLAY_OF`).
+pub(crate) const REPLAY_OF: &str = "replayOf";
+
 /// Free-form string metadata carried with an event.
 pub type Metadata = BTreeMap<String, String>;
 
@@ -169,6 +172,13 @@ impl Event {
     /// Attempts made so far, counting the one that is running.
     pub fn attempt(&self) -> u32 {
         self.retry_count.saturating_add(1)
+    }
+
+    /// Whether this is the event's first delivery: not a retry, not a dead letter's retry, not
+    /// a replay's copy. Its consumer spans continue the producer's trace; the others link to it.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) fn first_delivery(&self) -> bool {
+        self.retry_count == 0 && self.dlq_count == 0 && !self.metadata.contains_key(REPLAY_OF)
     }
 }
 

@@ -75,13 +75,25 @@ impl HandlerOutcome {
         *self == HandlerOutcome::Ok
     }
 
-    /// The failure text and its causes, if it failed.
+    /// The failure text and its causes, if it failed, as they are stored: a NUL character
+    /// (which PostgreSQL's `text` cannot hold, and which would leave the outcome unrecorded)
+    /// becomes U+FFFD on every store.
     pub fn into_failure(self) -> Option<(String, Vec<String>)> {
-        match self {
-            HandlerOutcome::Ok => None,
-            HandlerOutcome::Error(e, causes) => Some((e, causes)),
-            HandlerOutcome::Timeout(e) | HandlerOutcome::Panic(e) => Some((e, Vec::new())),
-        }
+        let (error, causes) = match self {
+            HandlerOutcome::Ok => return None,
+            HandlerOutcome::Error(e, causes) => (e, causes),
+            HandlerOutcome::Timeout(e) | HandlerOutcome::Panic(e) => (e, Vec::new()),
+        };
+        Some((storable(error), causes.into_iter().map(storable).collect()))
+    }
+}
+
+/// `text` with each NUL character replaced by U+FFFD.
+fn storable(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}")
+    } else {
+        text
     }
 }
 

@@ -164,6 +164,8 @@ pub use store::{
     Store, StoreLifecycle, SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
+#[cfg(feature = "opentelemetry")]
+pub use telemetry::{TRACEPARENT, TRACESTATE};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -142,8 +142,12 @@ impl Outbox {
     /// writes run inside a savepoint that is rolled back if one fails, so a failed call leaves
     /// the caller's transaction as it was. Events whose id is already stored are skipped.
     /// Returns the ids in order.
-    pub fn publish_batch(&self, conn: &Connection, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
-        let span = Published::span("outbox", &events);
+    pub fn publish_batch(
+        &self,
+        conn: &Connection,
+        mut events: Vec<NewEvent>,
+    ) -> Result<Vec<EventId>> {
+        let span = Published::span("outbox", &mut events);
         let _entered = span.enter();
         for e in &events {
             e.check(self.max_payload_bytes)?;

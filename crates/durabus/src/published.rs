@@ -92,8 +92,9 @@ impl Published {
     }
 
     /// The producer span of a call that stores `events` (`operation`: `publish`, `enqueue`,
-    /// `enqueue_batch`, `outbox`): every publish path opens its span here.
-    pub(crate) fn span(operation: &'static str, events: &[NewEvent]) -> tracing::Span {
+    /// `enqueue_batch`, `outbox`): every publish path opens its span here, before it stores
+    /// `events` (with the `opentelemetry` feature the span's context is written into them).
+    pub(crate) fn span(operation: &'static str, events: &mut [NewEvent]) -> tracing::Span {
         crate::telemetry::spans::send(operation, events)
     }
 

@@ -6,10 +6,35 @@
 
 use crate::error::{Error, Result};
 
+/// Unicode `White_Space` (what `str::trim` removes) as the inside of a character class.
+macro_rules! white_space {
+    () => {
+        "\\t\\n\\x0b\\x0c\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000"
+    };
+}
+
 /// A regular expression, read alike by ECMA-262, Python and Rust, that text matches when it
 /// holds a character other than whitespace (Unicode `White_Space`: what `str::trim` removes).
-pub const NOT_BLANK: &str =
-    "[^\\t\\n\\x0b\\x0c\\r \\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
+pub const NOT_BLANK: &str = concat!("[^", white_space!(), "]");
+
+/// A regular expression text matches when it holds no NUL (U+0000): no stored text can hold
+/// one (PostgreSQL's `text` refuses it), so operators' text and filters refuse it.
+pub const NO_NUL: &str = "^[^\\x00]*$";
+
+/// [`NOT_BLANK`] and [`NO_NUL`] at once: what a required note or reason matches.
+pub const REQUIRED_TEXT: &str = concat!("^[^\\x00]*[^\\x00", white_space!(), "][^\\x00]*$");
+
+/// Refuses `text` (the value of `field`) when it holds a NUL character.
+pub(crate) fn check_no_nul(field: &str, text: &str, accepted: &str) -> Result<()> {
+    if text.contains('\0') {
+        return Err(Error::invalid(
+            field,
+            "holds a NUL character (U+0000)",
+            accepted,
+        ));
+    }
+    Ok(())
+}
 
 /// Whether `text` is empty or whitespace only.
 pub fn is_blank(text: &str) -> bool {
@@ -35,7 +60,7 @@ pub(crate) fn check(field: &str, text: &str, max: usize, required: Option<&str>)
     if n > max {
         return Err(Error::invalid(field, format!("{n} characters"), accepted()));
     }
-    Ok(())
+    check_no_nul(field, text, &accepted())
 }
 
 #[cfg(test)]
@@ -75,5 +100,33 @@ mod tests {
             "{e}"
         );
         assert!(check("note", "", 2000, None).is_ok());
+        let e = check("note", "a\0b", 2000, None).unwrap_err();
+        assert_eq!(
+            e.invalid_value().map(|v| v.problem),
+            Some("holds a NUL character (U+0000)".to_owned())
+        );
+    }
+
+    #[test]
+    fn the_patterns_say_what_check_accepts() {
+        let required = regex::Regex::new(REQUIRED_TEXT).unwrap_or_else(|e| panic!("{e}"));
+        let optional = regex::Regex::new(NO_NUL).unwrap_or_else(|e| panic!("{e}"));
+        for s in [
+            "",
+            " ",
+            "a",
+            " a ",
+            "a\0",
+            "\0",
+            "\0 ",
+            "é\u{3000}",
+            "\u{1c}",
+            "x\ny",
+        ] {
+            let required_ok = check("note", s, 100, Some("why")).is_ok();
+            let optional_ok = check("note", s, 100, None).is_ok();
+            assert_eq!(required.is_match(s), required_ok, "{s:?}");
+            assert_eq!(optional.is_match(s), optional_ok, "{s:?}");
+        }
     }
 }

@@ -61,7 +61,7 @@ impl EventBus {
     /// caller-chosen id: see [`NewEvent::with_id`]). If an event with the same id is already
     /// stored, nothing is stored or delivered and the id is returned: publishing is
     /// idempotent, also when two publishes of one id race.
-    pub async fn publish_event(&self, event: NewEvent) -> Result<EventId> {
+    pub async fn publish_event(&self, mut event: NewEvent) -> Result<EventId> {
         let dispatcher = self.dispatcher().clone();
         let guard = dispatcher.inflight().enter();
         self.check_open()?;
@@ -69,7 +69,7 @@ impl EventBus {
         let now = dispatcher.clock().now();
         let id = event.id;
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
-        let span = crate::published::Published::span("publish", std::slice::from_ref(&event));
+        let span = crate::published::Published::span("publish", std::slice::from_mut(&mut event));
         // Stored and delivered in one task of its own: if the caller drops this future, the
         // insert and the delivery still finish and the outcome is recorded, so the event is
         // never left `processing` with nobody delivering it. The inline delivery's spans nest
@@ -125,8 +125,8 @@ impl EventBus {
     /// is free), the event is stored already claimed by it and handed over, so its delivery
     /// starts without a claim; one enqueue per idle spell takes that path, the others store
     /// their events as pending. Either way the event is durable when this returns.
-    pub async fn enqueue_event(&self, event: NewEvent) -> Result<EventId> {
-        let span = crate::published::Published::span("enqueue", std::slice::from_ref(&event));
+    pub async fn enqueue_event(&self, mut event: NewEvent) -> Result<EventId> {
+        let span = crate::published::Published::span("enqueue", std::slice::from_mut(&mut event));
         self.enqueue_one(event).instrument(span).await
     }
 
@@ -242,8 +242,8 @@ impl EventBus {
     /// ids at once; the background workers deliver them. Every event is checked first: one bad
     /// event fails the whole call and nothing is stored. Events whose id is already stored are
     /// skipped (idempotent), their ids returned like the others.
-    pub async fn enqueue_batch(&self, events: Vec<NewEvent>) -> Result<Vec<EventId>> {
-        let span = crate::published::Published::span("enqueue_batch", &events);
+    pub async fn enqueue_batch(&self, mut events: Vec<NewEvent>) -> Result<Vec<EventId>> {
+        let span = crate::published::Published::span("enqueue_batch", &mut events);
         self.enqueue_many(events).instrument(span).await
     }
 

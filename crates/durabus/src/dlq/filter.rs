@@ -33,15 +33,19 @@ impl DeadLetterFilter {
     }
 
     /// Checks the filter: a pattern that is not a valid glob, a group that is not a
-    /// fingerprint. (A time range that ends before it starts selects nothing.)
+    /// fingerprint, a subscription or group holding a NUL character (no stored name holds
+    /// one). (A time range that ends before it starts selects nothing.)
     pub fn validate(&self) -> Result<()> {
         if let Some(t) = &self.event_type {
             crate::pattern::Pattern::new(t)?;
         }
+        if let Some(s) = &self.subscription {
+            crate::text::check_no_nul("subscription", s, "a subscription's name or id")?;
+        }
         if self
             .group
             .as_ref()
-            .is_some_and(|g| g.is_empty() || g.chars().count() > 64)
+            .is_some_and(|g| g.is_empty() || g.chars().count() > 64 || g.contains('\0'))
         {
             return Err(Error::invalid(
                 "group",

@@ -31,7 +31,7 @@ use crate::pattern::{Pattern, is_system_type};
 pub use limiter::TokenBucket;
 
 /// The metadata key a re-published event carries: the id of the event it replays.
-pub const REPLAY_OF: &str = "replayOf";
+pub const REPLAY_OF: &str = crate::event::REPLAY_OF;
 /// The metadata key a re-published event carries: the id of the replay operation.
 pub const REPLAY_OPERATION: &str = "replayOperation";
 /// The event published when a replay starts.

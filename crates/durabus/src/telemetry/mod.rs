@@ -7,6 +7,8 @@
 //! the code that reports to it is the same either way.
 
 mod config;
+#[cfg(feature = "opentelemetry")]
+pub(crate) mod context;
 mod gauges;
 mod retry;
 pub(crate) mod spans;
@@ -17,6 +19,8 @@ mod store_text;
 mod families;
 
 pub use self::config::MetricsConfig;
+#[cfg(feature = "opentelemetry")]
+pub use self::context::{TRACEPARENT, TRACESTATE};
 pub use self::gauges::ProcessStats;
 pub(crate) use self::retry::Pass;
 pub use self::retry::{MetricsSnapshot, RetryMetrics, TypeMetrics};

@@ -29,8 +29,9 @@ use crate::telemetry::RunResult;
 pub const TARGET: &str = "durabus";
 
 /// A producer span for a call that stores `events` (`operation`: `publish`, `enqueue`,
-/// `enqueue_batch`, `outbox`).
-pub(crate) fn send(operation: &'static str, events: &[NewEvent]) -> Span {
+/// `enqueue_batch`, `outbox`). With the `opentelemetry` feature its context is written into
+/// each event's metadata (see `context`).
+pub(crate) fn send(operation: &'static str, events: &mut [NewEvent]) -> Span {
     let span = tracing::info_span!(
         target: "durabus",
         "send",
@@ -57,6 +58,8 @@ pub(crate) fn send(operation: &'static str, events: &[NewEvent]) -> Span {
             span.record("otel.name", "send");
         }
     }
+    #[cfg(feature = "opentelemetry")]
+    super::context::inject(&span, events);
     match events {
         [one] => {
             span.record("messaging.message.id", tracing::field::display(one.id));
@@ -69,9 +72,11 @@ pub(crate) fn send(operation: &'static str, events: &[NewEvent]) -> Span {
 }
 
 /// A consumer span for one handler's run of `event` (`operation`: `deliver`, or `replay` for
-/// a replay that runs handlers itself); the handler runs inside it.
+/// a replay that runs handlers itself); the handler runs inside it. With the `opentelemetry`
+/// feature it continues the trace the event carries on its first delivery and links to it
+/// otherwise (see `context`).
 pub(crate) fn process(operation: &'static str, event: &Event, subscription: &str) -> Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         target: "durabus",
         "process",
         otel.name = format!("process {}", event.event_type),
@@ -86,7 +91,14 @@ pub(crate) fn process(operation: &'static str, event: &Event, subscription: &str
         durabus.outcome = Empty,
         otel.status_code = Empty,
         error.type = Empty,
-    )
+    );
+    #[cfg(feature = "opentelemetry")]
+    super::context::adopt(
+        &span,
+        event,
+        operation == "deliver" && event.first_delivery(),
+    );
+    span
 }
 
 /// Records how the handler run of a [`process`] span ended.

@@ -8,6 +8,8 @@ mod backpressure;
 mod contract;
 mod deploy;
 mod layers;
+mod nul;
+mod otel;
 mod outbox;
 mod pg_plans;
 mod postgres;

@@ -82,10 +82,10 @@ impl PgOutbox {
     pub async fn publish_batch(
         &self,
         conn: &mut PgConnection,
-        events: Vec<NewEvent>,
+        mut events: Vec<NewEvent>,
         now: Timestamp,
     ) -> Result<Vec<EventId>> {
-        let span = Published::span("outbox", &events);
+        let span = Published::span("outbox", &mut events);
         self.write(conn, events, now).instrument(span).await
     }
 
