@@ -79,7 +79,8 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
         );
         let secret = uuid::Uuid::new_v4().simple().to_string();
         tokens = tokens.with(Token::new("admin", &secret, Role::Admin)?)?;
-        eprintln!(
+        tracing::warn!(
+            target: "durabus_cli",
             "no tokens configured: this run's admin token is {secret} \
              (set DURABUS_ADMIN_TOKEN to choose one)"
         );
@@ -107,7 +108,7 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
         "durabus admin API and dashboard on http://{addr} ({}); GET /api/v2/openapi.json lists the routes",
         db.display()
     );
-    tracing::info!(%addr, "serving the admin API");
+    tracing::info!(target: "durabus_cli", %addr, "serving the admin API");
     let app = durabus_admin::router(AdminState::new(bus.clone(), config))
         .merge(durabus_admin::dashboard());
     let served = axum::serve(listener, app)
@@ -117,7 +118,7 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     let closed = bus.shutdown().await;
     served.context("the server failed")?;
     closed?;
-    eprintln!("durabus serve: stopped");
+    tracing::info!(target: "durabus_cli", "durabus serve: stopped");
     Ok(())
 }
 
@@ -140,5 +141,5 @@ async fn stop_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
-    eprintln!("durabus serve: stopping (in-flight requests finish first)");
+    tracing::info!(target: "durabus_cli", "durabus serve: stopping (in-flight requests finish first)");
 }

@@ -291,3 +291,90 @@ fn refusals_before_the_api_keep_the_error_shape_and_never_strand_a_keep_alive_cl
     }
     assert!(terminate(&mut child).success());
 }
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = demo_db(dir.path());
+    let mut child = serve(
+        &db,
+        &["--listen", "127.0.0.1:0", "--log-format", "json"],
+        &[("DURABUS_READ_TOKEN", "viewer:read-token-0123456789")],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let addr = address(&mut child);
+    let (status, _) = http(
+        &addr,
+        "GET",
+        "/api/v2/dead-letters",
+        Some("read-token-0123456789"),
+    );
+    assert_eq!(status, 200);
+    assert!(terminate(&mut child).success());
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let lines: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let request = lines
+        .iter()
+        .find(|l| l["fields"]["path"] == "/api/v2/dead-letters")
+        .unwrap_or_else(|| panic!("the request's line: {err}"));
+    assert_eq!(request["fields"]["status"], 200, "{request}");
+    assert_eq!(request["level"], "INFO", "{request}");
+    assert!(request["timestamp"].is_string(), "{request}");
+}
+
+#[test]
+fn a_handler_failure_logs_its_event_as_json_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .arg("--db")
+        .arg(dir.path().join("demo.db"))
+        .args(["--log-format", "json", "demo"])
+        .env("RUST_LOG", "durabus=warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    let failed: Vec<serde_json::Value> = err
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .filter(|l: &serde_json::Value| l["fields"]["message"] == "event delivery failed")
+        .collect();
+    assert!(!failed.is_empty(), "the demo's failures: {err}");
+    for line in failed {
+        for field in [
+            "event_id",
+            "event_type",
+            "subscription_id",
+            "attempt",
+            "error",
+        ] {
+            assert!(!line["fields"][field].is_null(), "{field}: {line}");
+        }
+    }
+}
+
+#[test]
+fn an_unknown_log_format_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .args(["--log-format", "xml", "stats"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("'xml'") && err.contains("text") && err.contains("json"),
+        "{err}"
+    );
+}

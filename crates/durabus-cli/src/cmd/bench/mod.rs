@@ -6,6 +6,7 @@ mod dlq;
 mod harness;
 mod history;
 mod metrics;
+mod otel;
 mod pg_limits;
 mod pg_table;
 mod pg_workers;
@@ -59,7 +60,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, api, recovery, rss, history; PostgreSQL: limits, publish, e2e, latency, dlq
+    /// replay, metrics, api, recovery, rss, history, otel; PostgreSQL: limits, publish, e2e, latency, dlq
     /// (with the admin API figure), bulk); the others are reported as 0. For profiling one path
     /// at a time.
     #[arg(long, value_delimiter = ',')]
@@ -149,6 +150,10 @@ pub struct Report {
     /// End to end while the bus runs.
     pub empty_e2e_eps: f64,
     pub history_e2e_eps: f64,
+    /// End to end with no tracing subscriber, and with the OpenTelemetry layer recording every
+    /// span into an exporter that drops them, runs alternated in one measurement.
+    pub otel_none_eps: f64,
+    pub otel_layer_eps: f64,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -247,6 +252,19 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         }
         r.e2e_eps = median(eps);
         r.e2e_events_per_commit = median(per_commit);
+    }
+    if want("otel") {
+        b.say("end to end, no subscriber and the OpenTelemetry layer, alternated");
+        let pairs = b
+            .repeat(runs, || async {
+                let none = otel::end_to_end(&b, r.events, false).await?;
+                b.cleanup();
+                let layer = otel::end_to_end(&b, r.events, true).await?;
+                Ok((none, layer))
+            })
+            .await?;
+        r.otel_none_eps = median(pairs.iter().map(|p| p.0).collect());
+        r.otel_layer_eps = median(pairs.iter().map(|p| p.1).collect());
     }
     if want("latency") {
         b.say("latency, publish to handler start");

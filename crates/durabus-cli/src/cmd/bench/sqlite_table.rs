@@ -31,6 +31,16 @@ pub(super) fn print(r: &Report) {
             "≥ 150,000",
         ),
         ("end to end (ev/s)", format!("{:.0}", r.e2e_eps), "≥ 40,000"),
+        (
+            "end to end, OpenTelemetry layer (× none)",
+            format!(
+                "{:.2} ({:.0} / {:.0})",
+                r.otel_layer_eps / r.otel_none_eps.max(1.0),
+                r.otel_layer_eps,
+                r.otel_none_eps
+            ),
+            "≥ 0.8",
+        ),
         ("latency p50 (µs)", format!("{:.0}", r.latency_p50_us), "—"),
         (
             "latency p99 (µs)",
