@@ -110,6 +110,16 @@ test('the groups view lists the seeded failure groups and leads to their dead le
   const text = await t.page.textContent('main');
   assert.match(text, /card declined/);
   assert.match(text, /bank gateway timed out/);
+  // Each group's last day as 24 hourly bars, the counts the API gives; the seeded groups are
+  // new (first seen just now) and marked so.
+  for (const g of groups) {
+    const row = `tr[data-group="${g.fingerprint}"]`;
+    const bars = await t.page.$$eval(`${row} .spark .bar`, (bs) => bs.map((b) => Number(b.dataset.n)));
+    assert.deepEqual(bars, g.hourly);
+    assert.equal(bars.reduce((a, b) => a + b, 0), g.count, 'every seeded dead letter is from the last day');
+    assert.equal(g.new, true);
+    assert.equal(await t.page.$$eval(`${row} .badge.new`, (b) => b.length), 1);
+  }
   await shot(t.page, 'groups');
   const first = groups[0];
   await t.page.click(`tr[data-group="${first.fingerprint}"] a`);
@@ -125,8 +135,9 @@ test('long errors, signatures and types wrap inside a 1360 px window', async () 
   // The seeded errors are short: give each group the longest text an error can have.
   await t.page.route('**/api/v2/dead-letter-groups*', async (route) => {
     const res = await route.fetch();
-    const gs = (await res.json()).map((g) => ({
-      ...g, sample_error: long, signature: 'S'.repeat(300),
+    const gs = (await res.json()).map((g, i) => ({
+      ...g, sample_error: long, signature: 'S'.repeat(300), new: i === 0,
+      hourly: Array.from({ length: 24 }, (_, h) => (h * 7919) % 1000),
       event_types: [`payment.${'t'.repeat(240)}`], subscription: 'sub-'.repeat(60),
     }));
     await route.fulfill({ response: res, json: gs });
@@ -139,6 +150,10 @@ test('long errors, signatures and types wrap inside a 1360 px window', async () 
   const cells = await t.page.$$eval('tr[data-group] td', (tds) =>
     tds.filter((td) => td.getBoundingClientRect().right > document.documentElement.clientWidth).length);
   assert.equal(cells, 0, 'every cell ends inside the window');
+  // Only the group routed as new is marked; the bars scale to the largest hour.
+  assert.equal(await t.page.$$eval('tr[data-group] .badge.new', (b) => b.length), 1);
+  const heights = await t.page.$$eval('tr[data-group] .spark .bar', (bs) => bs.map((b) => b.getBoundingClientRect().height));
+  assert.ok(Math.max(...heights) <= 18 && Math.min(...heights) >= 1, `bars of ${Math.min(...heights)} to ${Math.max(...heights)} px`);
   // Times stay on one line; an error shows at most four lines, all of it on hover.
   const lines = (sel) => t.page.$$eval(sel, (els) => els.map((e) => {
     const r = document.createRange();

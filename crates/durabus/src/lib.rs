@@ -129,7 +129,7 @@ pub use config::{Backoff, BusConfig, MetricsConfig};
 pub use dlq::{
     Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
     DeadLetterPolicy, DeadLetterStatus, DeadLetterSummary, DeadLetterSummaryPage, DeadLetters,
-    DlqInspector, Keyset, Page, Preview,
+    DlqInspector, GroupTrend, Keyset, Page, Preview,
 };
 pub use error::{Error, ErrorKind, Invalid, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};

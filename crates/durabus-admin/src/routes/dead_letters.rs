@@ -6,8 +6,8 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
 use durabus::{
-    Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterStatus,
-    DeadLetterSummaryPage, EventId, Keyset, Operation, Preview, Timestamp,
+    Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterStatus, DeadLetterSummaryPage,
+    EventId, GroupTrend, Keyset, Operation, Preview, Timestamp,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -260,15 +260,19 @@ pub(crate) struct GroupsQuery {
     limit: Option<u32>,
 }
 
-/// Failure groups: dead letters with the same cause, largest first.
+/// Failure groups: dead letters with the same cause, largest first, each with its dead
+/// letters per hour over the last day (`hourly`, oldest first) and whether it is new (first
+/// seen less than a day ago).
 #[utoipa::path(get, path = "/api/v2/dead-letter-groups", tag = "dead-letters", params(GroupsQuery),
-    responses((status = 200, body = Vec<DeadLetterGroup>), Errors))]
+    responses((status = 200, body = Vec<GroupTrend>), Errors))]
 pub(crate) async fn groups(
     State(state): State<AdminState>,
     Query(q): Query<GroupsQuery>,
-) -> ApiResult<axum::Json<Vec<DeadLetterGroup>>> {
+) -> ApiResult<axum::Json<Vec<GroupTrend>>> {
     let n = limit(q.limit, 50, 1000)?;
-    Ok(axum::Json(state.bus().dead_letters().groups(n).await?))
+    Ok(axum::Json(
+        state.bus().dead_letters().group_trends(n).await?,
+    ))
 }
 
 /// What a bulk action on this filter would cover now: the count and the newest samples.

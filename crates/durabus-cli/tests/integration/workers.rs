@@ -318,10 +318,11 @@ async fn every_cli_command_works_on_postgres() {
         &schema,
         &["events", "list", "--status", "done", "--json"],
     ));
-    // Seven of the demo's events and the `system.dead_letter` announcement.
-    assert_eq!(done.as_array().unwrap().len(), 8);
+    // Seven of the demo's events, the `system.dead_letter` announcement and the
+    // `system.failure_group.new` one (its failure was a first).
+    assert_eq!(done.as_array().unwrap().len(), 9);
     let stats = json(&cli(&schema, &["stats", "--fresh", "--json"]));
-    assert_eq!(stats["total"], 9);
+    assert_eq!(stats["total"], 10);
     let preview = json(&cli(
         &schema,
         &["dlq", "retry", "--type", "order.*", "--preview", "--json"],
@@ -333,7 +334,7 @@ async fn every_cli_command_works_on_postgres() {
         &schema,
         &["events", "purge", "--older-than", "0", "--json"],
     ));
-    assert_eq!(purged["purged"], 8);
+    assert_eq!(purged["purged"], 9);
     let pending = json(&cli(&schema, &["events", "list", "--json"]));
     assert_eq!(pending.as_array().unwrap().len(), 1);
     assert_eq!(pending[0]["status"], "pending");

@@ -385,9 +385,11 @@ impl EventBus {
         let store = match telemetry.cached_gauges(now) {
             Some(cached) => cached,
             None => {
-                let read =
-                    tokio::time::timeout(crate::telemetry::GAUGE_READ_LIMIT, d.store().gauges(now))
-                        .await;
+                let read = tokio::time::timeout(
+                    crate::telemetry::GAUGE_READ_LIMIT,
+                    telemetry.read_gauges(d.store().as_ref(), now),
+                )
+                .await;
                 match read {
                     Ok(Ok(g)) => telemetry.keep_gauges(now, g),
                     Ok(Err(e)) => {

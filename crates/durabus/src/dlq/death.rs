@@ -34,12 +34,20 @@ pub struct Death {
     /// for `system.*` events: no cascade). A later round of the same record announces
     /// nothing.
     pub announcement: Option<NewEvent>,
+    /// The `system.failure_group.new` event to publish with the group if this death creates
+    /// it (its fingerprint is seen for the first time; none for `system.*` events: no
+    /// cascade).
+    pub new_group: Option<NewEvent>,
     /// The auto-retry schedule in force.
     pub policy: DeadLetterPolicy,
 }
 
 /// The type of the event announcing a new dead letter.
 pub const SYSTEM_DEAD_LETTER: &str = "system.dead_letter";
+
+/// The type of the event announcing a failure group seen for the first time (an error never
+/// seen before, or seen again after every record of its group was purged).
+pub const SYSTEM_FAILURE_GROUP_NEW: &str = "system.failure_group.new";
 
 impl Death {
     /// Describes the death of event `id` of `event_type`, whose last round's errors are
@@ -59,7 +67,25 @@ impl Death {
         let fp = fingerprint::fingerprint(key, error);
         // A system event that dies is a dead letter like any other, but announces nothing:
         // a failing `system.dead_letter` handler must not produce more of them.
-        let announcement = (!is_system_type(event_type))
+        let signature = fingerprint::normalise(error);
+        let announced = !is_system_type(event_type);
+        let new_group = announced
+            .then(|| {
+                NewEvent::system(
+                    SYSTEM_FAILURE_GROUP_NEW,
+                    &serde_json::json!({
+                        "fingerprint": fp,
+                        "subscription": subscription,
+                        "signature": signature,
+                        "error": error,
+                        "type": event_type,
+                        "event_id": id,
+                    }),
+                )
+                .ok()
+            })
+            .flatten();
+        let announcement = announced
             .then(|| {
                 NewEvent::system(
                     SYSTEM_DEAD_LETTER,
@@ -79,11 +105,12 @@ impl Death {
             subscription: subscription.map(str::to_owned),
             error: error.to_owned(),
             causes,
-            signature: fingerprint::normalise(error),
+            signature,
             fingerprint: fp,
             attempts,
             errors,
             announcement,
+            new_group,
             policy,
         }
     }

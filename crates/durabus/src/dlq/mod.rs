@@ -44,9 +44,15 @@ mod service;
 
 pub use crate::actor::{AUTO_RETRY, Actor, ActorKind};
 pub use bulk::{BulkKind, BulkParams};
-pub use death::{Death, DeathWrite, Existing, SYSTEM_DEAD_LETTER, plan_death, split_error};
+pub use death::{
+    Death, DeathWrite, Existing, SYSTEM_DEAD_LETTER, SYSTEM_FAILURE_GROUP_NEW, plan_death,
+    split_error,
+};
 pub use filter::{DeadLetterFilter, Head, Keyset, MAX_PAGE};
-pub use groups::{DeadLetterGroup, GROUP_TYPES_LISTED, GroupDelta, group_delta, sum_deltas};
+pub use groups::{
+    DeadLetterGroup, GROUP_TYPES_LISTED, GroupDelta, GroupTrend, NEW_WITHIN, TREND_HOURS,
+    group_delta, sum_deltas, trends,
+};
 pub use inspector::{DEFAULT_LIMIT, DlqInspector, Page};
 pub use lifecycle::{Action, Change, DeadLetterPolicy, MAX_NOTE, State, apply};
 pub use record::{DeadLetter, DeadLetterStatus, DeadLetterSummary, ErrorRound};

@@ -189,6 +189,25 @@ impl DeadLetters {
         self.store.dlq_groups(limit).await
     }
 
+    /// Failure groups like [`groups`](Self::groups), each with its dead letters per hour over
+    /// the last day and whether it is new (first seen less than a day ago).
+    pub async fn group_trends(&self, limit: u32) -> Result<Vec<super::GroupTrend>> {
+        let groups = self.store.dlq_groups(limit).await?;
+        let now = self.clock.now();
+        let (since, hour) = super::groups::trend_window(now);
+        let active: Vec<String> = groups
+            .iter()
+            .filter(|g| super::groups::active_since(g, since))
+            .map(|g| g.fingerprint.clone())
+            .collect();
+        let buckets = if active.is_empty() {
+            Vec::new()
+        } else {
+            self.store.dlq_group_buckets(&active, since, hour).await?
+        };
+        Ok(super::trends(groups, &buckets, now))
+    }
+
     /// Applies `action` to one record. Returns the record after it (`None` after a purge).
     /// Fails with [`Error::NotFound`], [`Error::Conflict`] (the record's status does not
     /// allow it) or [`Error::Invalid`] (a resolve without a note).

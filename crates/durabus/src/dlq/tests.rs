@@ -329,6 +329,13 @@ fn a_death_announces_itself_unless_it_is_a_system_event() {
     assert_eq!(payload["error"], "card 42 refused");
     assert_eq!(payload["attempts"], 1);
     assert_eq!(payload["fingerprint"], d.fingerprint);
+    let g = d.new_group.expect("a new group is announced");
+    assert_eq!(g.event_type, SYSTEM_FAILURE_GROUP_NEW);
+    let payload: serde_json::Value = serde_json::from_str(&g.payload).unwrap_or_default();
+    assert_eq!(payload["fingerprint"], d.fingerprint);
+    assert_eq!(payload["signature"], "card <n> refused");
+    assert_eq!(payload["subscription"], "payments");
+    assert_eq!(payload["event_id"], id.to_string());
     let quiet = Death::new(
         id,
         SYSTEM_DEAD_LETTER,
@@ -340,6 +347,7 @@ fn a_death_announces_itself_unless_it_is_a_system_event() {
         DeadLetterPolicy::default(),
     );
     assert!(quiet.announcement.is_none(), "no cascade");
+    assert!(quiet.new_group.is_none(), "no cascade");
 }
 
 #[test]

@@ -34,6 +34,7 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(3, "sqlite", "0003_payloads.sql", "payloads"),
     migration!(4, "sqlite", "0004_replay.sql", "replay"),
     migration!(5, "sqlite", "0005_shared_snapshots.sql", "shared_snapshots"),
+    migration!(6, "sqlite", "0006_group_trends.sql", "group_trends"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -43,6 +44,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
     migration!(2, "postgres", "0002_dead_letters.sql", "dead_letters"),
     migration!(3, "postgres", "0003_payloads.sql", "payloads"),
     migration!(4, "postgres", "0004_replay.sql", "replay"),
+    migration!(5, "postgres", "0005_group_trends.sql", "group_trends"),
 ];
 
 /// The newest version in `migrations`.

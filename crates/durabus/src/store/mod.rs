@@ -29,10 +29,11 @@ use crate::dlq::{DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::Result;
 use crate::event::{Event, EventId, NewEvent};
 use crate::operation::{Advance, NewOperation, Operation, OperationKind, OperationStatus};
-use crate::payload::{NewSnapshot, PayloadConfig, Retention, StoredSnapshot};
+use crate::payload::NewSnapshot;
 use crate::replay::ReplaySelection;
 
 pub(crate) mod migrations;
+mod payload_store;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod recovery;
@@ -40,10 +41,11 @@ pub(crate) mod recovery;
 pub mod sqlite;
 mod types;
 
+pub use payload_store::PayloadStore;
 pub use types::{
     ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
-    Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount, StoreGauges,
-    SubscriptionRow,
+    NEW_GROUP_WINDOW, Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount,
+    StoreGauges, SubscriptionRow,
 };
 
 pub(crate) mod sealed {
@@ -119,69 +121,6 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
     /// `pending`, due now, with the interrupted attempt counted as the rules of `store/recovery.rs` decide.
     /// Returns how many.
     async fn recover_processing(&self, now: Timestamp) -> Result<u64>;
-}
-
-/// The payload store (see [`crate::payload`]): compressed snapshots per stage and their
-/// configuration per event type. Snapshots taken with a publish or an outcome are written by
-/// [`EventStore::insert_with`] and [`EventStore::record_many_with`], in their transaction.
-#[async_trait]
-pub trait PayloadStore: sealed::Sealed + Send + Sync + 'static {
-    /// Stores snapshots (a snapshot with the key of a stored one replaces it).
-    async fn payload_put(&self, snapshots: Vec<NewSnapshot>) -> Result<()>;
-
-    /// Every snapshot of an event, newest first, compressed.
-    async fn payload_list(&self, event_id: EventId) -> Result<Vec<StoredSnapshot>>;
-
-    /// Soft-deletes every snapshot of an event still holding its bytes: the bytes are cleared
-    /// (overwritten on disk, not just hidden) and who, when and why are recorded. Returns how
-    /// many.
-    async fn payload_soft_delete(
-        &self,
-        event_id: EventId,
-        reason: &str,
-        actor: &str,
-        now: Timestamp,
-    ) -> Result<u64>;
-
-    /// Every payload configuration row.
-    async fn payload_config_list(&self) -> Result<Vec<PayloadConfig>>;
-
-    /// Stores a configuration row, replacing the type's row if it has one.
-    async fn payload_config_set(&self, config: PayloadConfig) -> Result<()>;
-
-    /// Deletes a type's configuration row. Returns whether it existed.
-    async fn payload_config_delete(&self, event_type: &str) -> Result<bool>;
-
-    /// Retention, one read step: of the next `scan` snapshots after `after` (in key order), the
-    /// keys of those past `retention` (soft-deleted ones excluded), and where the next step
-    /// starts (`None`: the end). Reads only; the deletes go through
-    /// [`payload_delete`](Self::payload_delete).
-    async fn payload_expired(
-        &self,
-        retention: &Retention,
-        after: Option<SnapshotKey>,
-        scan: usize,
-    ) -> Result<(Vec<SnapshotKey>, Option<SnapshotKey>)>;
-
-    /// Deletes snapshots by key (one transaction). Returns how many.
-    async fn payload_delete(&self, keys: Vec<SnapshotKey>) -> Result<u64>;
-
-    /// Deletes at most `limit` soft-deleted audit rows deleted at or before `cutoff`. Returns
-    /// how many.
-    async fn payload_purge_deleted(&self, cutoff: Timestamp, limit: usize) -> Result<u64>;
-
-    /// Retention of [shared](crate::payload::NewSnapshot::shared) snapshots, one chunk: looks
-    /// at the events after store position `after` (0 to start), at most `scan`, and forgets the
-    /// shared snapshots past their type's cutoff. Returns how many it forgot and where to go on
-    /// (`None` at the end). A store that copies every snapshot into a row of its own has none.
-    async fn payload_expire_shared(
-        &self,
-        _retention: &Retention,
-        _after: i64,
-        _scan: usize,
-    ) -> Result<(u64, Option<i64>)> {
-        Ok((0, None))
-    }
 }
 
 /// Subscription rows. The handler itself lives in memory; the row makes a named
@@ -282,6 +221,16 @@ pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
 
     /// Failure groups, most open records first, then most records.
     async fn dlq_groups(&self, limit: u32) -> Result<Vec<DeadLetterGroup>>;
+
+    /// Records of the groups `fingerprints` created at or after `since`, counted per bucket of
+    /// `bucket_ms` (bucket 0 starts at `since`): `(fingerprint, bucket, count)`, buckets
+    /// without records left out. One range of the `(fingerprint, created_at)` index per group.
+    async fn dlq_group_buckets(
+        &self,
+        fingerprints: &[String],
+        since: Timestamp,
+        bucket_ms: i64,
+    ) -> Result<Vec<(String, i64, u64)>>;
 
     /// The event ids of `pending` records whose next auto retry is due at `now`, earliest due
     /// first, at most `limit`.

@@ -252,7 +252,18 @@ pub struct StoreGauges {
     /// Distinct workers holding a live lease on an event (PostgreSQL; `None` on SQLite, where
     /// one process is the only worker).
     pub live_workers: Option<u64>,
+    /// Dead-letter records in all failure groups (kept with the groups as records change).
+    pub dead_letter_records: u64,
+    /// Failure groups first seen within [`NEW_GROUP_WINDOW`] before now.
+    pub failure_groups_new: u64,
+    /// The failure groups the metrics label, most open first, with their record counts (the
+    /// telemetry fills it from [`DeadLetterStore::dlq_groups`](crate::DeadLetterStore); a
+    /// store's `gauges` leaves it empty).
+    pub failure_groups: Vec<(String, u64)>,
 }
+
+/// How recent a failure group's first failure must be for the gauges to count it as new.
+pub const NEW_GROUP_WINDOW: std::time::Duration = std::time::Duration::from_secs(3600);
 
 impl StoreGauges {
     /// Seconds since `at` (0 for a time not yet reached).

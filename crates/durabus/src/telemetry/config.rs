@@ -13,13 +13,22 @@ pub struct MetricsConfig {
     /// Longest a scrape serves store gauges (depths, ages) without querying the store again.
     /// Defaults to 15 s.
     pub gauge_refresh: Duration,
+    /// Failure groups `failure_group_dead_letters` labels by fingerprint (those with the most
+    /// open dead letters); the others are summed as `group="other"`, so the series stay
+    /// bounded however many distinct errors occur. 1 to [`MAX_LABELLED_GROUPS`]; defaults
+    /// to 10.
+    pub failure_groups: u32,
 }
+
+/// The most failure groups the metrics label one by one.
+pub const MAX_LABELLED_GROUPS: u32 = 100;
 
 impl Default for MetricsConfig {
     fn default() -> Self {
         MetricsConfig {
             prefix: "durabus_".into(),
             gauge_refresh: Duration::from_secs(15),
+            failure_groups: 10,
         }
     }
 }
@@ -30,8 +39,15 @@ impl MetricsConfig {
         self.prefix.trim_end_matches('_')
     }
 
-    /// Checks the prefix.
+    /// Checks the prefix and the number of labelled failure groups.
     pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_LABELLED_GROUPS).contains(&self.failure_groups) {
+            return Err(Error::invalid(
+                "metrics.failure_groups",
+                format!("{}", self.failure_groups),
+                format!("1 to {MAX_LABELLED_GROUPS}"),
+            ));
+        }
         let stem = self.stem();
         let mut chars = stem.chars();
         let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
@@ -44,5 +60,31 @@ impl MetricsConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labelled_groups_are_bounded() {
+        for n in [1, 10, MAX_LABELLED_GROUPS] {
+            let c = MetricsConfig {
+                failure_groups: n,
+                ..MetricsConfig::default()
+            };
+            assert!(c.validate().is_ok(), "{n}");
+        }
+        for n in [0, MAX_LABELLED_GROUPS + 1, u32::MAX] {
+            let c = MetricsConfig {
+                failure_groups: n,
+                ..MetricsConfig::default()
+            };
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{n}");
+            assert!(e.to_string().contains("metrics.failure_groups"), "{e}");
+        }
     }
 }

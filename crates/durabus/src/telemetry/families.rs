@@ -13,9 +13,10 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::retry::Pass;
+use super::store_families::Gauges;
 use super::{
     LATENCY_BUCKETS, PROCESSING_BUCKETS, RunResult, STORE_BUCKETS, ScrapeInput, StoreCall,
-    StoreGauges, StoreKind,
+    StoreKind,
 };
 use crate::error::{Error, Result};
 use crate::sync::{read, write};
@@ -43,19 +44,6 @@ fn one(key: &'static str, value: &str) -> One {
 
 fn two(k1: &'static str, v1: &str, k2: &'static str, v2: &str) -> Two {
     [(k1, v1.to_owned()), (k2, v2.to_owned())]
-}
-
-/// The gauges set at each scrape.
-#[derive(Default)]
-struct Gauges {
-    events: Family<One, Gauge>,
-    oldest_due_age: F64Gauge,
-    dead_letters: Family<One, Gauge>,
-    oldest_dead_letter_age: F64Gauge,
-    pool: Family<One, Gauge>,
-    wal_bytes: Gauge,
-    live_workers: Gauge,
-    store_up: Gauge,
 }
 
 /// What this process counts, and the process gauges.
@@ -117,54 +105,7 @@ impl Families {
     /// gauges of a running bus.
     pub fn new(prefix: &str, kind: StoreKind, counted: bool) -> Families {
         let mut registry = Registry::with_prefix(prefix);
-        let gauges = Gauges::default();
-        registry.register(
-            "events",
-            "Events waiting (status=pending) and being delivered (status=processing)",
-            gauges.events.clone(),
-        );
-        registry.register(
-            "oldest_due_event_age_seconds",
-            "How long the earliest due pending event has been due (0: none)",
-            gauges.oldest_due_age.clone(),
-        );
-        registry.register(
-            "dead_letters",
-            "Open dead letters by status (pending, retrying)",
-            gauges.dead_letters.clone(),
-        );
-        registry.register(
-            "oldest_pending_dead_letter_age_seconds",
-            "Age of the oldest pending dead letter (0: none)",
-            gauges.oldest_dead_letter_age.clone(),
-        );
-        registry.register(
-            "store_up",
-            "1 if the last read of the store's gauges succeeded, 0 if the store could not be \
-             read (the other store gauges then keep their last values)",
-            gauges.store_up.clone(),
-        );
-        match kind {
-            StoreKind::Postgres => {
-                registry.register(
-                    "db_pool_connections",
-                    "Connections of the store's pool by state (idle, active, max)",
-                    gauges.pool.clone(),
-                );
-                registry.register(
-                    "live_workers",
-                    "Worker processes holding a live lease on an event",
-                    gauges.live_workers.clone(),
-                );
-            }
-            StoreKind::Sqlite => {
-                registry.register(
-                    "sqlite_wal_bytes",
-                    "Size of the SQLite write-ahead log file",
-                    gauges.wal_bytes.clone(),
-                );
-            }
-        }
+        let gauges = Gauges::register(&mut registry, kind);
         let counted = counted.then(|| Counted::register(&mut registry));
         let delivery_latency = latency();
         if counted.is_some() {
@@ -308,37 +249,8 @@ impl Families {
 
     /// Sets the gauges from `input` and encodes every family.
     pub fn encode(&self, input: &ScrapeInput) -> Result<String> {
-        let g = &self.gauges;
-        let s = &input.store;
+        self.gauges.set(input);
         let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        g.store_up.set(i64::from(input.store_up));
-        g.events
-            .get_or_create(&one("status", "pending"))
-            .set(int(s.pending));
-        g.events
-            .get_or_create(&one("status", "processing"))
-            .set(int(s.processing));
-        g.oldest_due_age
-            .set(StoreGauges::age(s.oldest_due_at, input.now));
-        g.dead_letters
-            .get_or_create(&one("status", "pending"))
-            .set(int(s.dead_letters_pending));
-        g.dead_letters
-            .get_or_create(&one("status", "retrying"))
-            .set(int(s.dead_letters_retrying));
-        g.oldest_dead_letter_age
-            .set(StoreGauges::age(s.oldest_pending_dead_letter_at, input.now));
-        if let Some(pool) = s.pool {
-            for (state, v) in [
-                ("idle", pool.idle),
-                ("active", pool.active),
-                ("max", pool.max),
-            ] {
-                g.pool.get_or_create(&one("state", state)).set(int(v));
-            }
-        }
-        g.wal_bytes.set(int(s.wal_bytes.unwrap_or(0)));
-        g.live_workers.set(int(s.live_workers.unwrap_or(0)));
         if let Some(c) = self.counted() {
             c.breaker_state.clear();
             for (sub, state) in &input.breakers {

@@ -17,8 +17,10 @@ mod store_text;
 
 #[cfg(feature = "metrics")]
 mod families;
+#[cfg(feature = "metrics")]
+mod store_families;
 
-pub use self::config::MetricsConfig;
+pub use self::config::{MAX_LABELLED_GROUPS, MetricsConfig};
 #[cfg(feature = "opentelemetry")]
 pub use self::context::{TRACEPARENT, TRACESTATE};
 pub use self::gauges::ProcessStats;
@@ -28,6 +30,22 @@ pub use self::spans::TARGET as SPAN_TARGET;
 #[cfg(feature = "metrics")]
 pub use self::store_text::store_metrics_text;
 pub use crate::store::{PoolGauges, StoreGauges};
+
+/// `store`'s gauges at `now` with the failure groups `config` labels.
+pub(crate) async fn read_gauges(
+    store: &dyn crate::store::Store,
+    config: &MetricsConfig,
+    now: crate::clock::Timestamp,
+) -> crate::error::Result<StoreGauges> {
+    let mut gauges = store.gauges(now).await?;
+    gauges.failure_groups = store
+        .dlq_groups(config.failure_groups)
+        .await?
+        .into_iter()
+        .map(|g| (g.fingerprint, g.count))
+        .collect();
+    Ok(gauges)
+}
 
 use std::time::Duration;
 
@@ -226,6 +244,16 @@ impl Telemetry {
             created: std::time::Instant::now(),
             cache: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Reads `store`'s gauges at `now`, with the failure groups the metrics label (the
+    /// configured number with the most open dead letters).
+    pub async fn read_gauges(
+        &self,
+        store: &dyn crate::store::Store,
+        now: crate::clock::Timestamp,
+    ) -> crate::error::Result<StoreGauges> {
+        read_gauges(store, &self.config, now).await
     }
 
     /// The cached store gauges, if refreshed less than `gauge_refresh` before `now`.

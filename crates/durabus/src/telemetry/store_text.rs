@@ -16,7 +16,7 @@ pub async fn store_metrics_text(store: &Arc<dyn Store>, config: &MetricsConfig) 
     config.validate()?;
     let telemetry = Telemetry::gauges_only(config.clone(), super::StoreKind::of(&store.backend()));
     let now = SystemClock.now();
-    let gauges = store.gauges(now).await?;
+    let gauges = super::read_gauges(store.as_ref(), config, now).await?;
     telemetry.encode(&ScrapeInput {
         store: gauges,
         store_up: true,

@@ -90,6 +90,8 @@ macro_rules! all_contract_tests {
             dead_letters::a_retry_no_worker_has_picked_up_can_be_resolved_or_abandoned,
             dead_letters::a_failing_system_handler_makes_no_cascade,
             dead_letters::failure_groups_gather_the_same_failure,
+            dead_letters::a_new_failure_group_is_announced_once,
+            dead_letters::group_trends_count_dead_letters_per_hour_and_mark_new_groups,
             dead_letters::listings_filter_and_page_by_keyset,
             dead_letters::retention_deletes_closed_dead_letters_after_30_days,
             operations::a_bulk_action_previews_freezes_its_selection_and_finishes,
@@ -124,6 +126,8 @@ macro_rules! all_contract_tests {
             telemetry::gauges_come_from_the_store_and_are_cached,
             telemetry::a_store_that_cannot_be_read_shows_down_and_the_counters_stay,
             telemetry::replays_are_counted,
+            group_metrics::the_largest_failure_groups_are_labelled_and_new_ones_counted,
+            group_metrics::ten_thousand_distinct_errors_stay_eleven_series,
             telemetry::a_bad_prefix_is_refused_and_a_good_one_is_used,
         );
     };

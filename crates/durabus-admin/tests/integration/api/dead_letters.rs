@@ -45,6 +45,17 @@ pub(super) async fn dead_letters_list_filter_page_and_show(api: &Api) {
     let (_, groups) = api.get("/api/v2/dead-letter-groups").await;
     assert_eq!(groups[0]["fingerprint"], group.as_str());
     assert_eq!(groups[0]["count"], 7);
+    // New (first seen just now), its seven dead letters in the last of its 24 hours.
+    assert_eq!(groups[0]["new"], true, "{groups}");
+    let hourly: Vec<u64> = groups[0]["hourly"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert_eq!(hourly.len(), 24, "{groups}");
+    assert_eq!(hourly[23], 7, "{groups}");
+    assert_eq!(hourly.iter().sum::<u64>(), 7, "{groups}");
     let future = "2100-01-01T00:00:00Z";
     let (_, later) = api
         .get(&format!("/api/v2/dead-letters?from={future}"))

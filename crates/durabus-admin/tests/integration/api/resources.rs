@@ -268,7 +268,16 @@ pub(super) async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
         .get("/api/v2/events?status=pending&event_type=system.dead_letter")
         .await;
     assert_eq!(pending["items"].as_array().unwrap().len(), 2, "{pending}");
-    assert_eq!(overview["pending"], 2, "{overview}");
+    // And their failure group, new, as a `system.failure_group.new` event, pending too.
+    let (_, new_groups) = api
+        .get("/api/v2/events?status=pending&event_type=system.failure_group.new")
+        .await;
+    assert_eq!(
+        new_groups["items"].as_array().unwrap().len(),
+        1,
+        "{new_groups}"
+    );
+    assert_eq!(overview["pending"], 3, "{overview}");
     assert_eq!(overview["processing"], 0, "{overview}");
     let minutes = overview["throughput"].as_array().unwrap();
     let dead: u64 = minutes.iter().map(|m| m["dead"].as_u64().unwrap()).sum();

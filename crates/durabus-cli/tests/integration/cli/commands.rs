@@ -9,19 +9,21 @@ fn stats_report_what_the_database_holds() {
     assert_one_line_failure(&durabus(&db, &["stats"]), "does not exist");
     assert!(durabus(&db, &["demo", "--json"]).status.success());
     let s = json(&durabus(&db, &["stats", "--json"]));
-    // The demo's 8 events and the `system.dead_letter` event announcing its dead letter.
-    assert_eq!(s["total"], 9);
-    assert_eq!(s["by_status"]["done"], 8);
+    // The demo's 8 events, the `system.dead_letter` event announcing its dead letter and the
+    // `system.failure_group.new` event announcing its failure group (a first).
+    assert_eq!(s["total"], 10);
+    assert_eq!(s["by_status"]["done"], 9);
     assert_eq!(s["by_status"]["dlq"], 1);
     assert_eq!(s["by_type"]["system.dead_letter"]["done"], 1);
+    assert_eq!(s["by_type"]["system.failure_group.new"]["done"], 1);
     assert_eq!(s["by_type"]["order.paid"]["dlq"], 1);
     assert_eq!(s["by_type"]["order.paid"]["done"], 6);
     let rate = s["by_type"]["order.paid"]["dlq_rate"].as_f64().unwrap();
     assert!((rate - 1.0 / 7.0).abs() < 1e-9, "{rate}");
     assert_eq!(s["by_type"]["user.signed_up"]["dlq_rate"], 0.0);
-    // 6 events never retried (the announcement among them), 2 retried once, the dead letter
-    // used 3 attempts.
-    assert_eq!(s["retry_counts"]["0"], 6);
+    // 7 events never retried (the two announcements among them), 2 retried once, the dead
+    // letter used 3 attempts.
+    assert_eq!(s["retry_counts"]["0"], 7);
     assert_eq!(s["retry_counts"]["1"], 2);
     assert_eq!(s["retry_counts"]["3"], 1);
     let text = stdout(&durabus(&db, &["stats"]));
@@ -42,11 +44,11 @@ fn stats_report_what_the_database_holds() {
             .status
             .success()
     );
-    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 9);
-    let fresh = json(&durabus(&db, &["stats", "--fresh", "--json"]));
-    assert_eq!(fresh["total"], 10);
-    assert_eq!(fresh["by_type"]["order.paid"]["pending"], 1);
     assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 10);
+    let fresh = json(&durabus(&db, &["stats", "--fresh", "--json"]));
+    assert_eq!(fresh["total"], 11);
+    assert_eq!(fresh["by_type"]["order.paid"]["pending"], 1);
+    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 11);
 }
 
 #[test]
@@ -72,8 +74,8 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
 
     let done = json(&prefixed(&["events", "list", "--status", "done", "--json"]));
     let done = done.as_array().unwrap();
-    // Seven of the demo's events and the announcement of its dead letter.
-    assert_eq!(done.len(), 8);
+    // Seven of the demo's events and the announcements of its dead letter and failure group.
+    assert_eq!(done.len(), 9);
     // A time range: everything was created after the epoch and before 2200.
     let since = json(&prefixed(&[
         "events",
@@ -84,7 +86,7 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
         "2200-01-01T00:00:00Z",
         "--json",
     ]));
-    assert_eq!(since.as_array().unwrap().len(), 9);
+    assert_eq!(since.as_array().unwrap().len(), 10);
     let future = json(&prefixed(&[
         "events",
         "list",
@@ -111,7 +113,7 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
         "0",
         "--json",
     ]));
-    assert_eq!(purged["purged"], 8);
+    assert_eq!(purged["purged"], 9);
     let left = json(&prefixed(&["events", "list", "--json"]));
     let left = left.as_array().unwrap();
     assert_eq!(left.len(), 1);

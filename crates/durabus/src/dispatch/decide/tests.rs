@@ -136,8 +136,8 @@ fn the_last_allowed_failure_is_a_dead_letter() {
     let id = e.id;
     let mut d = decide(e, failed(Some("pay")), &policy(3), NOW, 0.5);
     // The announcement's own id is fresh; everything else is decided.
-    let announced = match &mut d.outcome {
-        Outcome::Dead { death, .. } => death.announcement.take(),
+    let (announced, new_group) = match &mut d.outcome {
+        Outcome::Dead { death, .. } => (death.announcement.take(), death.new_group.take()),
         other => panic!("{other:?}"),
     };
     let errors = vec![
@@ -155,6 +155,7 @@ fn the_last_allowed_failure_is_a_dead_letter() {
             delivered: vec!["audit".into()],
             death: Box::new(Death {
                 announcement: None,
+                new_group: None,
                 ..Death::new(
                     id,
                     "order.paid",
@@ -170,6 +171,11 @@ fn the_last_allowed_failure_is_a_dead_letter() {
     );
     let announced = announced.expect("a dead letter is announced");
     assert_eq!(announced.event_type, "system.dead_letter");
+    // And its group, should the store find it new.
+    let new_group = new_group.expect("a group to announce if new");
+    assert_eq!(new_group.event_type, "system.failure_group.new");
+    let payload: serde_json::Value = serde_json::from_str(&new_group.payload).unwrap_or_default();
+    assert_eq!(payload["type"], "order.paid");
     assert_eq!(d.pass, Pass::Failed { dead: true });
     let Log::Failed(log) = d.log else {
         panic!("no log")

@@ -110,7 +110,9 @@ pub(super) async fn write_death(
     if let Some(old) = &plan.old_group {
         adjust(&mut *conn, ops, old).await?;
     }
-    q(&ops.group_upsert)
+    // `inserted`: this death created the group (read from the row's `xmax`, so two workers
+    // racing on one new fingerprint announce it once).
+    let inserted: bool = q(&ops.group_upsert)
         .bind(&death.fingerprint)
         .bind(&death.subscription)
         .bind(&death.signature)
@@ -120,12 +122,22 @@ pub(super) async fn write_death(
         .bind(now.as_millis())
         .bind(&death.event_type)
         .bind(GROUP_TYPES_LISTED as i32)
-        .execute(&mut *conn)
-        .await?;
+        .fetch_one(&mut *conn)
+        .await?
+        .try_get("inserted")?;
     // Announced when the record is created, not again at each later round.
     if fresh && let Some(a) = &death.announcement {
         let rows = Rows {
             events: vec![a],
+            created: vec![now.as_millis()],
+            snapshots: Vec::new(),
+        };
+        insert_rows(&mut *conn, sql, &rows, None, Some(Notice::to_all(channel))).await?;
+    }
+    // And a group when this death created it.
+    if inserted && let Some(e) = &death.new_group {
+        let rows = Rows {
+            events: vec![e],
             created: vec![now.as_millis()],
             snapshots: Vec::new(),
         };
@@ -296,6 +308,33 @@ impl DeadLetterStore for PgStore {
                 .fetch_one(&self.pool)
                 .await?
                 .try_get(0)?)
+        })
+        .await
+    }
+
+    async fn dlq_group_buckets(
+        &self,
+        fingerprints: &[String],
+        since: Timestamp,
+        bucket_ms: i64,
+    ) -> Result<Vec<(String, i64, u64)>> {
+        self.noted(async {
+            self.check()?;
+            q(&self.sql.ops.group_buckets)
+                .bind(fingerprints)
+                .bind(since.as_millis())
+                .bind(bucket_ms)
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok((
+                        r.try_get("fingerprint")?,
+                        r.try_get("bucket")?,
+                        u64::try_from(r.try_get::<i64, _>("n")?).unwrap_or(0),
+                    ))
+                })
+                .collect()
         })
         .await
     }

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::store::{PoolGauges, StoreGauges};
 
 /// The gauge statements of schema `s`, in one round trip (public for the query-plan test);
-/// `$1` is now in ms.
+/// `$1` is now in ms, `$2` the start of the window of new failure groups.
 pub fn statements(s: &str) -> Vec<String> {
     vec![
         format!("SELECT count(*) FROM {s}.events WHERE status = 'pending'"),
@@ -26,6 +26,8 @@ pub fn statements(s: &str) -> Vec<String> {
             "SELECT count(DISTINCT lease_owner) FROM {s}.events
              WHERE status = 'processing' AND lease_expires_at > $1"
         ),
+        format!("SELECT coalesce(sum(count), 0)::bigint FROM {s}.dead_letter_groups"),
+        format!("SELECT count(*) FROM {s}.dead_letter_groups WHERE first_seen >= $2"),
     ]
 }
 
@@ -45,6 +47,7 @@ impl PgStore {
         self.check()?;
         let row = q(&combined(&self.sql.schema))
             .bind(now.as_millis())
+            .bind(now.minus(crate::store::NEW_GROUP_WINDOW).as_millis())
             .fetch_one(&self.pool)
             .await?;
         let count =
@@ -70,6 +73,9 @@ impl PgStore {
             }),
             wal_bytes: None,
             live_workers: Some(count(6)?),
+            dead_letter_records: count(7)?,
+            failure_groups_new: count(8)?,
+            failure_groups: Vec::new(),
         })
     }
 }

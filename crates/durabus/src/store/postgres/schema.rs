@@ -106,6 +106,7 @@ async fn backfill_dead_letters(tx: &mut sqlx::PgConnection, quoted: &str) -> Res
             DeadLetterPolicy::manual_only(),
         );
         death.announcement = None;
+        death.new_group = None;
         let at = row
             .try_get::<Option<i64>, _>("dlq_at")?
             .unwrap_or(row.try_get::<i64, _>("updated_at")?);

@@ -44,6 +44,7 @@ pub struct PgOpsSql {
     pub group_prune: String,
     pub group_upsert: String,
     pub groups: String,
+    pub group_buckets: String,
     pub op_insert: String,
     pub op_get: String,
     pub op_list: String,
@@ -186,7 +187,14 @@ impl PgOpsSql {
                      event_types = CASE
                          WHEN g.event_types::jsonb ? $8 OR jsonb_array_length(g.event_types::jsonb) >= $9
                              THEN g.event_types
-                         ELSE (g.event_types::jsonb || to_jsonb($8::text))::text END"
+                         ELSE (g.event_types::jsonb || to_jsonb($8::text))::text END
+                 RETURNING (xmax = 0) AS inserted"
+            ),
+            group_buckets: format!(
+                "SELECT fingerprint, (created_at - $2) / $3 AS bucket, count(*) AS n
+                 FROM {s}.dead_letters
+                 WHERE fingerprint = ANY($1) AND created_at >= $2
+                 GROUP BY 1, 2"
             ),
             groups: format!(
                 "SELECT fingerprint, subscription, signature, sample_error, count, open, first_seen,

@@ -186,6 +186,29 @@ impl DeadLetterStore for SqliteStore {
         .await
     }
 
+    async fn dlq_group_buckets(
+        &self,
+        fingerprints: &[String],
+        since: Timestamp,
+        bucket_ms: i64,
+    ) -> Result<Vec<(String, i64, u64)>> {
+        let sql = self.sql.clone();
+        let list = serde_json::to_string(fingerprints)
+            .map_err(|e| crate::error::Error::Internal(format!("a list of groups: {e}")))?;
+        self.read(move |c| {
+            c.prepare_cached(&sql.group_buckets)?
+                .query_map(params![list, since.as_millis(), bucket_ms], |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+                    ))
+                })?
+                .collect()
+        })
+        .await
+    }
+
     async fn dlq_auto_retry_due(&self, now: Timestamp, limit: usize) -> Result<Vec<EventId>> {
         let sql = self.sql.clone();
         self.read_ids(move |c| {

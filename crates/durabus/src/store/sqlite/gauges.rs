@@ -20,16 +20,24 @@ pub fn statements(p: &str) -> Vec<String> {
         format!(
             "SELECT created_at FROM {p}dead_letters WHERE status = 'pending' ORDER BY seq LIMIT 1"
         ),
+        // The failure groups again (`?1`: the start of the window of new groups).
+        format!("SELECT coalesce(sum(count), 0) FROM {p}dead_letter_groups"),
+        format!("SELECT count(*) FROM {p}dead_letter_groups WHERE first_seen >= ?1"),
     ]
 }
 
-fn read(conn: &Connection, prefix: &str) -> rusqlite::Result<StoreGauges> {
+fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<StoreGauges> {
     let s = statements(prefix);
     let count = |i: usize| -> rusqlite::Result<u64> {
         conn.prepare_cached(&s[i])?
             .query_row([], |r| r.get::<_, i64>(0))
             .map(|n| u64::try_from(n).unwrap_or(0))
     };
+    let since = now.minus(crate::store::NEW_GROUP_WINDOW).as_millis();
+    let failure_groups_new = conn
+        .prepare_cached(&s[7])?
+        .query_row([since], |r| r.get::<_, i64>(0))
+        .map(|n| u64::try_from(n).unwrap_or(0))?;
     let time = |i: usize| -> rusqlite::Result<Option<Timestamp>> {
         let mut stmt = conn.prepare_cached(&s[i])?;
         let mut rows = stmt.query([])?;
@@ -50,13 +58,16 @@ fn read(conn: &Connection, prefix: &str) -> rusqlite::Result<StoreGauges> {
         pool: None,
         wal_bytes: None,
         live_workers: None,
+        dead_letter_records: count(6)?,
+        failure_groups_new,
+        failure_groups: Vec::new(),
     })
 }
 
 impl SqliteStore {
     /// The gauges, read on a reader connection (the WAL size from the file beside the
     /// database).
-    pub(super) async fn read_gauges(&self) -> Result<StoreGauges> {
+    pub(super) async fn read_gauges(&self, now: Timestamp) -> Result<StoreGauges> {
         let prefix = self.sql.prefix.clone();
         // An in-memory database has no WAL: its size is 0.
         let wal = (!self.target.memory).then(|| {
@@ -65,7 +76,7 @@ impl SqliteStore {
             std::path::PathBuf::from(p)
         });
         self.read(move |c| {
-            let mut g = read(c, &prefix)?;
+            let mut g = read(c, &prefix, now)?;
             // No file: nothing written since the last checkpoint truncated it.
             g.wal_bytes = Some(wal.map_or(0, |wal| std::fs::metadata(&wal).map_or(0, |m| m.len())));
             Ok(g)

@@ -118,8 +118,8 @@ impl QueryStore for SqliteStore {
         self.write(PurgeHistory { cutoff, limit }, cutoff).await
     }
 
-    async fn gauges(&self, _now: Timestamp) -> Result<crate::store::StoreGauges> {
-        self.read_gauges().await
+    async fn gauges(&self, now: Timestamp) -> Result<crate::store::StoreGauges> {
+        self.read_gauges(now).await
     }
 
     async fn finished_per_minute(&self, since: Timestamp) -> Result<Vec<MinuteCount>> {

@@ -221,6 +221,10 @@ pub(super) fn write_death(
     if let Some(old) = &plan.old_group {
         adjust(conn, ops, old)?;
     }
+    let new_group = death.new_group.is_some()
+        && !conn
+            .prepare_cached(&ops.group_exists)?
+            .query_row(params![death.fingerprint], |r| r.get::<_, bool>(0))?;
     conn.prepare_cached(&ops.group_upsert)?.execute(params![
         death.fingerprint,
         death.subscription,
@@ -238,6 +242,16 @@ pub(super) fn write_death(
             conn,
             sql,
             std::slice::from_ref(announcement),
+            EventStatus::Pending,
+            now,
+        )?;
+    }
+    // And a group when this death created it.
+    if new_group && let Some(event) = &death.new_group {
+        insert_events(
+            conn,
+            sql,
+            std::slice::from_ref(event),
             EventStatus::Pending,
             now,
         )?;

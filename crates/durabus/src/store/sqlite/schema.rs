@@ -135,6 +135,7 @@ fn backfill_dead_letters(conn: &Connection, sql: &Sql) -> Result<()> {
             DeadLetterPolicy::manual_only(),
         );
         death.announcement = None;
+        death.new_group = None;
         super::row_writes::write_death(
             conn,
             sql,

@@ -284,10 +284,13 @@ async fn the_gauge_queries_use_indexes() {
         .await
         .unwrap();
     for sql in durabus::store::postgres::gauges::statements(&format!("\"{schema}\"")) {
-        let rows = sqlx::query(AssertSqlSafe(format!("EXPLAIN {}", sql.replace("$1", "0"))))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap();
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "EXPLAIN {}",
+            sql.replace("$1", "0").replace("$2", "0")
+        )))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
         let plan: Vec<String> = rows.iter().map(|r| r.get::<String, _>(0)).collect();
         let text = plan.join("\n");
         for line in plan.iter().filter(|l| l.contains("Seq Scan")) {

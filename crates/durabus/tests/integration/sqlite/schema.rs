@@ -305,8 +305,11 @@ async fn the_gauge_queries_use_indexes() {
     let conn = Connection::open(&path).unwrap();
     for sql in durabus::store::sqlite::gauges::statements("durabus_") {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let params = vec![0i64; stmt.parameter_count()];
         let plan: Vec<String> = stmt
-            .query_map([], |r| r.get::<_, String>(3))
+            .query_map(rusqlite::params_from_iter(params), |r| {
+                r.get::<_, String>(3)
+            })
             .unwrap()
             .map(Result::unwrap)
             .collect();

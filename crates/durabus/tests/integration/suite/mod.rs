@@ -5,6 +5,7 @@ pub mod breaker;
 pub mod claims;
 pub mod dead_letters;
 pub mod dlq;
+pub mod group_metrics;
 pub mod history;
 pub mod lifecycle;
 pub mod operations;

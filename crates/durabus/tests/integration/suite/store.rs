@@ -402,7 +402,8 @@ pub async fn release_returns_claimed_events_without_an_attempt(h: &Harness) {
 }
 
 /// What a dead outcome written straight to the store carries: a record, but no
-/// `system.dead_letter` announcement (so event counts stay the test's own).
+/// `system.dead_letter` or `system.failure_group.new` announcement (so event counts stay the
+/// test's own).
 pub fn quiet_death(id: durabus::EventId, event_type: &str) -> Box<durabus::dlq::Death> {
     let mut d = durabus::dlq::Death::new(
         id,
@@ -415,6 +416,7 @@ pub fn quiet_death(id: durabus::EventId, event_type: &str) -> Box<durabus::dlq::
         durabus::DeadLetterPolicy::default(),
     );
     d.announcement = None;
+    d.new_group = None;
     Box::new(d)
 }
 

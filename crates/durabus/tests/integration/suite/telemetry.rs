@@ -208,7 +208,7 @@ pub async fn counters_follow_a_scripted_run(h: &Harness) {
 pub async fn gauges_come_from_the_store_and_are_cached(h: &Harness) {
     let bus = h.bus().await;
     // Three waiting, one dead letter (dead at once: no retries), whose `system.dead_letter`
-    // announcement waits too (the bus is not started).
+    // and `system.failure_group.new` announcements wait too (the bus is not started).
     h.advance(Duration::from_secs(100));
     for i in 0..3u64 {
         bus.enqueue("g.wait", &i).await.unwrap();
@@ -224,7 +224,7 @@ pub async fn gauges_come_from_the_store_and_are_cached(h: &Harness) {
     assert_eq!(get(&bus, dead).await.status, EventStatus::Dlq);
     h.advance(Duration::from_secs(30));
     let s = scrape(&bus).await;
-    assert_eq!(num(&s, "durabus_events", &[("status", "pending")]), 4.0);
+    assert_eq!(num(&s, "durabus_events", &[("status", "pending")]), 5.0);
     assert_eq!(num(&s, "durabus_events", &[("status", "processing")]), 0.0);
     assert_eq!(num(&s, "durabus_oldest_due_event_age_seconds", &[]), 30.0);
     assert_eq!(
@@ -256,11 +256,11 @@ pub async fn gauges_come_from_the_store_and_are_cached(h: &Harness) {
     let cached = scrape(&bus).await;
     assert_eq!(
         num(&cached, "durabus_events", &[("status", "pending")]),
-        4.0
+        5.0
     );
     h.advance(Duration::from_secs(2));
     let fresh = scrape(&bus).await;
-    assert_eq!(num(&fresh, "durabus_events", &[("status", "pending")]), 5.0);
+    assert_eq!(num(&fresh, "durabus_events", &[("status", "pending")]), 6.0);
     assert_eq!(
         num(&fresh, "durabus_oldest_due_event_age_seconds", &[]),
         46.0

@@ -88,6 +88,16 @@ pub(super) const GROUP_ADJUST: &str =
 pub(super) const GROUP_PRUNE: &str =
     "DELETE FROM {p}dead_letter_groups WHERE fingerprint = ?1 AND count <= 0";
 
+/// Records of the groups in `?1` (a JSON array) created at or after `?2`, per `?3` ms.
+pub(super) const GROUP_BUCKETS: &str =
+    "SELECT fingerprint, (created_at - ?2) / ?3, count(*) FROM {p}dead_letters
+         WHERE fingerprint IN (SELECT value FROM json_each(?1)) AND created_at >= ?2
+         GROUP BY 1, 2";
+
+/// Whether a group exists (a death that creates one announces it).
+pub(super) const GROUP_EXISTS: &str =
+    "SELECT EXISTS (SELECT 1 FROM {p}dead_letter_groups WHERE fingerprint = ?1)";
+
 /// A death in a group: created if new; counts, last seen, sample and types updated.
 pub(super) const GROUP_UPSERT: &str =
     "INSERT INTO {p}dead_letter_groups (fingerprint, subscription, signature, sample_error,

@@ -124,6 +124,8 @@ statements! {
     dl_max_seq = dead_letters::DL_MAX_SEQ;
     group_adjust = dead_letters::GROUP_ADJUST;
     group_prune = dead_letters::GROUP_PRUNE;
+    group_exists = dead_letters::GROUP_EXISTS;
+    group_buckets = dead_letters::GROUP_BUCKETS;
     group_upsert = dead_letters::GROUP_UPSERT;
     groups = dead_letters::GROUPS;
     op_insert = operations::OP_INSERT;

@@ -2,8 +2,10 @@
 //! auto-retry schedule (an injected clock drives it), listed with filters and keyset pages.
 
 mod listings;
+mod new_groups;
 mod records;
 pub use listings::*;
+pub use new_groups::*;
 pub use records::*;
 
 use std::sync::Arc;

@@ -1,0 +1,148 @@
+//! The store gauges' families: set from a reading of the store at each scrape.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::{ScrapeInput, StoreGauges, StoreKind};
+
+type One = [(&'static str, String); 1];
+type F64Gauge = Gauge<f64, AtomicU64>;
+
+fn one(key: &'static str, value: &str) -> One {
+    [(key, value.to_owned())]
+}
+
+/// The gauges set at each scrape.
+#[derive(Default)]
+pub(super) struct Gauges {
+    events: Family<One, Gauge>,
+    oldest_due_age: F64Gauge,
+    dead_letters: Family<One, Gauge>,
+    oldest_dead_letter_age: F64Gauge,
+    pool: Family<One, Gauge>,
+    wal_bytes: Gauge,
+    live_workers: Gauge,
+    store_up: Gauge,
+    failure_group_dead_letters: Family<One, Gauge>,
+    failure_groups_new: Gauge,
+}
+
+impl Gauges {
+    /// The gauges, registered in `registry` (the store's own for `kind`).
+    pub(super) fn register(registry: &mut Registry, kind: StoreKind) -> Gauges {
+        let gauges = Gauges::default();
+        registry.register(
+            "events",
+            "Events waiting (status=pending) and being delivered (status=processing)",
+            gauges.events.clone(),
+        );
+        registry.register(
+            "oldest_due_event_age_seconds",
+            "How long the earliest due pending event has been due (0: none)",
+            gauges.oldest_due_age.clone(),
+        );
+        registry.register(
+            "dead_letters",
+            "Open dead letters by status (pending, retrying)",
+            gauges.dead_letters.clone(),
+        );
+        registry.register(
+            "oldest_pending_dead_letter_age_seconds",
+            "Age of the oldest pending dead letter (0: none)",
+            gauges.oldest_dead_letter_age.clone(),
+        );
+        registry.register(
+            "failure_group_dead_letters",
+            "Dead-letter records per failure group (group: its fingerprint) for the groups with \
+             the most open dead letters, the rest as group=\"other\"; rate() of it is a group's \
+             trend",
+            gauges.failure_group_dead_letters.clone(),
+        );
+        registry.register(
+            "failure_groups_new",
+            "Failure groups whose first failure is less than an hour old (errors never seen \
+             before; each is also announced by a system.failure_group.new event)",
+            gauges.failure_groups_new.clone(),
+        );
+        registry.register(
+            "store_up",
+            "1 if the last read of the store's gauges succeeded, 0 if the store could not be \
+             read (the other store gauges then keep their last values)",
+            gauges.store_up.clone(),
+        );
+        match kind {
+            StoreKind::Postgres => {
+                registry.register(
+                    "db_pool_connections",
+                    "Connections of the store's pool by state (idle, active, max)",
+                    gauges.pool.clone(),
+                );
+                registry.register(
+                    "live_workers",
+                    "Worker processes holding a live lease on an event",
+                    gauges.live_workers.clone(),
+                );
+            }
+            StoreKind::Sqlite => {
+                registry.register(
+                    "sqlite_wal_bytes",
+                    "Size of the SQLite write-ahead log file",
+                    gauges.wal_bytes.clone(),
+                );
+            }
+        }
+        gauges
+    }
+
+    /// Sets every gauge from `input`.
+    pub(super) fn set(&self, input: &ScrapeInput) {
+        let g = self;
+        let s = &input.store;
+        let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        g.store_up.set(i64::from(input.store_up));
+        g.events
+            .get_or_create(&one("status", "pending"))
+            .set(int(s.pending));
+        g.events
+            .get_or_create(&one("status", "processing"))
+            .set(int(s.processing));
+        g.oldest_due_age
+            .set(StoreGauges::age(s.oldest_due_at, input.now));
+        g.dead_letters
+            .get_or_create(&one("status", "pending"))
+            .set(int(s.dead_letters_pending));
+        g.dead_letters
+            .get_or_create(&one("status", "retrying"))
+            .set(int(s.dead_letters_retrying));
+        g.oldest_dead_letter_age
+            .set(StoreGauges::age(s.oldest_pending_dead_letter_at, input.now));
+        if let Some(pool) = s.pool {
+            for (state, v) in [
+                ("idle", pool.idle),
+                ("active", pool.active),
+                ("max", pool.max),
+            ] {
+                g.pool.get_or_create(&one("state", state)).set(int(v));
+            }
+        }
+        g.wal_bytes.set(int(s.wal_bytes.unwrap_or(0)));
+        g.failure_groups_new.set(int(s.failure_groups_new));
+        // The labelled groups change as groups grow and close: the family is rebuilt, so a
+        // group that left the top is no longer reported under its own label.
+        g.failure_group_dead_letters.clear();
+        let mut labelled = 0u64;
+        for (group, count) in &s.failure_groups {
+            labelled = labelled.saturating_add(*count);
+            g.failure_group_dead_letters
+                .get_or_create(&one("group", group))
+                .set(int(*count));
+        }
+        g.failure_group_dead_letters
+            .get_or_create(&one("group", "other"))
+            .set(int(s.dead_letter_records.saturating_sub(labelled)));
+        g.live_workers.set(int(s.live_workers.unwrap_or(0)));
+    }
+}
