@@ -37,6 +37,9 @@ pub enum ErrorKind {
     Io,
     /// Anything else: a database error of no known kind, a task that panicked.
     Internal,
+    /// A subscriber's handler failed (an error, a timeout or a panic): only the error hook
+    /// sees these, when it asks to ([`BusBuilder::report_handler_failures`](crate::BusBuilder::report_handler_failures)).
+    Handler,
 }
 
 impl std::fmt::Display for ErrorKind {
@@ -52,6 +55,7 @@ impl std::fmt::Display for ErrorKind {
             ErrorKind::Closed => "closed",
             ErrorKind::Io => "I/O",
             ErrorKind::Internal => "internal",
+            ErrorKind::Handler => "handler",
         })
     }
 }
@@ -207,6 +211,16 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
 
+    /// A subscriber's handler failed a delivery attempt (what the error hook hears when it
+    /// asks for handler failures; a caller never gets it).
+    #[error("handler {subscription} failed: {message}")]
+    HandlerFailed {
+        /// The subscription whose handler failed.
+        subscription: String,
+        /// Its error (an error, `timed out after …` or `handler panicked: …`).
+        message: String,
+    },
+
     /// Reading or writing a file failed.
     #[error("I/O error on {path}: {source}")]
     Io {
@@ -257,6 +271,7 @@ impl Error {
             Error::Shutdown | Error::StoreClosed => ErrorKind::Closed,
             Error::Database { kind, .. } => *kind,
             Error::Internal(_) => ErrorKind::Internal,
+            Error::HandlerFailed { .. } => ErrorKind::Handler,
             Error::Io { .. } => ErrorKind::Io,
         }
     }

@@ -47,6 +47,20 @@ pub enum ErrorSource {
     PayloadConfig,
     /// Removing an unnamed subscription's row at shutdown.
     SubscriptionCleanup,
+    /// A handler's failed delivery attempt (only with
+    /// [`BusBuilder::report_handler_failures`](crate::BusBuilder::report_handler_failures)):
+    /// the event, its type, the subscription and the attempt (1 for the first). `retrying` says
+    /// whether a retry is scheduled; `false` when the event was dead-lettered.
+    Handler {
+        /// The event.
+        event_id: crate::event::EventId,
+        /// Its type.
+        event_type: String,
+        /// The id of the subscription whose handler failed.
+        subscription_id: String,
+        /// The attempt that failed, 1-based.
+        attempt: u32,
+    },
 }
 
 impl std::fmt::Display for ErrorSource {
@@ -64,6 +78,16 @@ impl std::fmt::Display for ErrorSource {
             ErrorSource::Job(name) => write!(f, "job {name}"),
             ErrorSource::PayloadConfig => f.write_str("payload configuration"),
             ErrorSource::SubscriptionCleanup => f.write_str("subscription cleanup"),
+            ErrorSource::Handler {
+                event_id,
+                event_type,
+                subscription_id,
+                attempt,
+            } => write!(
+                f,
+                "handler of subscription {subscription_id} on {event_type} event {event_id} \
+                 (attempt {attempt})"
+            ),
         }
     }
 }
@@ -94,6 +118,9 @@ type HookFn = dyn Fn(&BusError<'_>) + Send + Sync;
 #[derive(Clone, Default)]
 pub struct ErrorHook {
     hook: Arc<RwLock<Option<Arc<HookFn>>>>,
+    /// Whether handler failures are reported too (off by default: they are the application's
+    /// own errors, already logged and counted).
+    handlers: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for ErrorHook {
@@ -114,6 +141,18 @@ impl ErrorHook {
     /// Sets (or replaces) the function, for every holder of this hook.
     pub fn set(&self, f: impl Fn(&BusError<'_>) + Send + Sync + 'static) {
         *crate::sync::write(&self.hook) = Some(Arc::new(f));
+    }
+
+    /// Reports handler failures too (`on`), or not (the default).
+    pub fn hear_handler_failures(&self, on: bool) {
+        self.handlers
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether handler failures are reported.
+    pub fn hears_handler_failures(&self) -> bool {
+        self.handlers.load(std::sync::atomic::Ordering::Relaxed)
+            && crate::sync::read(&self.hook).is_some()
     }
 
     /// Hands `error` to the hook, if one is set. A panic in the hook is caught and logged.
@@ -166,5 +205,25 @@ mod tests {
             ("job cleanup-history".into(), ErrorKind::Internal, false)
         );
         ErrorHook::default().report(ErrorSource::Claim, &Error::StoreClosed, true);
+    }
+
+    #[test]
+    fn handler_failures_are_heard_only_when_asked_and_with_a_hook() {
+        let hook = ErrorHook::default();
+        hook.hear_handler_failures(true);
+        assert!(
+            !hook.hears_handler_failures(),
+            "no hook set: nothing to hear them"
+        );
+        hook.set(|_| {});
+        assert!(hook.hears_handler_failures());
+        hook.hear_handler_failures(false);
+        assert!(!hook.hears_handler_failures());
+        let e = Error::HandlerFailed {
+            subscription: "ledger".into(),
+            message: "refused".into(),
+        };
+        assert_eq!(e.kind(), ErrorKind::Handler);
+        assert_eq!(e.to_string(), "handler ledger failed: refused");
     }
 }

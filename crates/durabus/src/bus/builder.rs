@@ -249,6 +249,16 @@ impl BusBuilder {
         self
     }
 
+    /// Also hands every handler failure to the [`on_error`](Self::on_error) hook (off by
+    /// default): a failed attempt, with [`ErrorSource::Handler`](crate::ErrorSource::Handler)
+    /// naming the event, type, subscription and attempt, an error of kind
+    /// [`ErrorKind::Handler`](crate::ErrorKind::Handler), and `retrying` false when the event
+    /// was dead-lettered. For sending the application's own failures to an error tracker.
+    pub fn report_handler_failures(self, on: bool) -> Self {
+        self.config.on_error.hear_handler_failures(on);
+        self
+    }
+
     /// Sets the worker loop's pause after a failed claim (see
     /// [`BusConfig::error_backoff`](crate::BusConfig::error_backoff): 20 ms doubling to 2.56 s
     /// unless set).

@@ -194,6 +194,24 @@ impl Dispatcher {
         (created, now): (Timestamp, Timestamp),
     ) {
         emit(&decision.log, id, event_type);
+        if let decide::Log::Failed(f) = &decision.log {
+            let hook = &self.config.on_error;
+            if !f.exhausted_by_interruptions && hook.hears_handler_failures() {
+                hook.report(
+                    crate::hook::ErrorSource::Handler {
+                        event_id: f.event_id,
+                        event_type: f.event_type.clone(),
+                        subscription_id: f.subscription_id.clone(),
+                        attempt: f.attempt,
+                    },
+                    &crate::error::Error::HandlerFailed {
+                        subscription: f.subscription_id.clone(),
+                        message: f.error.clone(),
+                    },
+                    !f.dead_lettered,
+                );
+            }
+        }
         for o in &self.observers {
             o.pass_finished(event_type, prior, decision.pass);
         }

@@ -126,6 +126,7 @@ macro_rules! all_contract_tests {
             telemetry::gauges_come_from_the_store_and_are_cached,
             telemetry::a_store_that_cannot_be_read_shows_down_and_the_counters_stay,
             telemetry::replays_are_counted,
+            telemetry::handler_failures_reach_the_error_hook_when_asked,
             group_metrics::the_largest_failure_groups_are_labelled_and_new_ones_counted,
             group_metrics::ten_thousand_distinct_errors_stay_eleven_series,
             telemetry::a_bad_prefix_is_refused_and_a_good_one_is_used,

@@ -403,3 +403,69 @@ pub async fn a_bad_prefix_is_refused_and_a_good_one_is_used(h: &Harness) {
     assert!(s.samples.iter().all(|x| x.metric.starts_with("shop_bus_")));
     bus.shutdown().await.unwrap();
 }
+
+/// The error hook hears handler failures only when the application asks: each failed attempt
+/// with the event, type, subscription and attempt, `retrying` until the event is dead-lettered.
+pub async fn handler_failures_reach_the_error_hook_when_asked(h: &Harness) {
+    type Heard = (String, durabus::ErrorKind, bool, String);
+    let heard: Arc<std::sync::Mutex<Vec<Heard>>> = Arc::default();
+    let failing = |bus: durabus::EventBus| async move {
+        bus.subscribe(
+            "hook.*",
+            |_e: Event| async { Err("ledger refused".into()) },
+            SubscribeOptions::default()
+                .name("ledger")
+                .retry(RetryOverride::default().max_retries(1)),
+        )
+        .await
+        .unwrap();
+        bus
+    };
+    for asked in [false, true] {
+        heard.lock().unwrap().clear();
+        let seen = heard.clone();
+        let bus = h
+            .builder()
+            .await
+            .breaker(breaker_never_trips())
+            .on_error(move |e| {
+                seen.lock().unwrap().push((
+                    e.source.to_string(),
+                    e.kind(),
+                    e.retrying,
+                    e.error.to_string(),
+                ))
+            })
+            .report_handler_failures(asked)
+            .build()
+            .await
+            .unwrap();
+        let bus = failing(bus).await;
+        let id = bus.publish("hook.charge", &1).await.unwrap();
+        let first = get(&bus, id).await;
+        assert_eq!(first.retry_count, 1);
+        h.clock.set(first.next_attempt_at.unwrap());
+        bus.start().await.unwrap();
+        wait_status(&bus, id, EventStatus::Dlq).await;
+        bus.shutdown().await.unwrap();
+        let heard = heard.lock().unwrap().clone();
+        let handlers: Vec<&Heard> = heard
+            .iter()
+            .filter(|(_, kind, ..)| *kind == durabus::ErrorKind::Handler)
+            .collect();
+        if !asked {
+            assert!(handlers.is_empty(), "not asked: {heard:?}");
+            continue;
+        }
+        assert_eq!(handlers.len(), 2, "{heard:?}");
+        for (i, (source, _, retrying, error)) in handlers.iter().enumerate() {
+            assert!(
+                source.contains(&format!("event {id} (attempt {})", i + 1)),
+                "{source}"
+            );
+            assert!(source.contains("hook.charge"), "{source}");
+            assert!(error.contains("ledger refused"), "{error}");
+            assert_eq!(*retrying, i == 0, "the second attempt dead-letters");
+        }
+    }
+}
