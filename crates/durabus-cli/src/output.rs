@@ -203,26 +203,31 @@ fn closing(d: &durabus::DeadLetter) -> Vec<String> {
 }
 
 /// Prints failure groups.
-pub fn groups(groups: &[durabus::DeadLetterGroup]) {
+pub fn groups(groups: &[durabus::GroupTrend]) {
     if groups.is_empty() {
         outln!("no failure groups: the dead-letter queue is empty");
         return;
     }
     let mut t = Table::new(&[
         text("GROUP", 16),
+        text("NEW", 3),
         number("OPEN"),
         number("TOTAL"),
+        number("LAST 24H"),
         text("SUBSCRIPTION", 20),
         text("FIRST SEEN", 24),
         text("LAST SEEN", 24),
         text("TYPES", 30),
         text("SAMPLE", 60),
     ]);
-    for g in groups {
+    for trend in groups {
+        let g = &trend.group;
         t.row(vec![
             g.fingerprint.clone(),
+            if trend.new { "new" } else { "" }.to_owned(),
             g.open.to_string(),
             g.count.to_string(),
+            trend.hourly.iter().sum::<u64>().to_string(),
             g.subscription.as_deref().unwrap_or("-").to_owned(),
             g.first_seen.to_string(),
             g.last_seen.to_string(),

@@ -163,7 +163,7 @@ async fn execute(
             }
         }
         DlqCommand::Groups { limit } => {
-            let groups = dlq.groups(limit).await?;
+            let groups = dlq.group_trends(limit).await?;
             if ctx.json {
                 output::json(&groups)
             } else {

@@ -132,6 +132,14 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
     assert_eq!(groups[0]["fingerprint"], group.as_str());
     assert_eq!(groups[0]["count"], 2);
     assert_eq!(groups[0]["open"], 2);
+    // First seen just now: new, both dead letters in the last of its 24 hours.
+    assert_eq!(groups[0]["new"], true, "{groups}");
+    assert_eq!(groups[0]["hourly"][23], 2, "{groups}");
+    let table = stdout(&durabus(&db, &["dlq", "groups"]));
+    assert!(
+        table.contains("NEW") && table.contains("LAST 24H") && table.contains(" new "),
+        "{table}"
+    );
     let purge = json(&durabus(
         &db,
         &["dlq", "purge", "--older-than", "1", "--json"],
