@@ -30,7 +30,9 @@ fn quiet_death(id: durabus::EventId, event_type: &str, sub: &str) -> durabus::dl
         4,
         durabus::DeadLetterPolicy::default(),
     );
+    // Filled straight into the store: no announcements (they would be claimed as work).
     d.announcement = None;
+    d.new_group = None;
     d
 }
 
