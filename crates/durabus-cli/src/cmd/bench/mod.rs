@@ -154,9 +154,6 @@ pub struct Report {
     /// span into an exporter that drops them, runs alternated in one measurement.
     pub otel_none_eps: f64,
     pub otel_layer_eps: f64,
-    /// The same with the layer as docs/OBSERVABILITY.md wires it (no location, thread or
-    /// busy/idle attributes).
-    pub otel_lean_eps: f64,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -258,19 +255,16 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     }
     if want("otel") {
         b.say("end to end, no subscriber and the OpenTelemetry layer, alternated");
-        let runs_of = b
+        let pairs = b
             .repeat(runs, || async {
-                let none = otel::end_to_end(&b, r.events, otel::Tracing::None).await?;
+                let none = otel::end_to_end(&b, r.events, false).await?;
                 b.cleanup();
-                let layer = otel::end_to_end(&b, r.events, otel::Tracing::Layer).await?;
-                b.cleanup();
-                let lean = otel::end_to_end(&b, r.events, otel::Tracing::Lean).await?;
-                Ok((none, layer, lean))
+                let layer = otel::end_to_end(&b, r.events, true).await?;
+                Ok((none, layer))
             })
             .await?;
-        r.otel_none_eps = median(runs_of.iter().map(|p| p.0).collect());
-        r.otel_layer_eps = median(runs_of.iter().map(|p| p.1).collect());
-        r.otel_lean_eps = median(runs_of.iter().map(|p| p.2).collect());
+        r.otel_none_eps = median(pairs.iter().map(|p| p.0).collect());
+        r.otel_layer_eps = median(pairs.iter().map(|p| p.1).collect());
     }
     if want("latency") {
         b.say("latency, publish to handler start");

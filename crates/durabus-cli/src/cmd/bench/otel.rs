@@ -22,38 +22,18 @@ impl SpanExporter for Dropped {
     }
 }
 
-/// How a run traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tracing {
-    /// No subscriber.
-    None,
-    /// `tracing_opentelemetry::layer()` as it comes: source location, thread and busy/idle
-    /// attributes on every span.
-    Layer,
-    /// The layer as docs/OBSERVABILITY.md wires it for a busy bus: without those three.
-    Lean,
-}
-
-/// End to end (events/s) over `n` events, traced as `tracing` says.
-pub async fn end_to_end(b: &Bench, n: u64, tracing: Tracing) -> anyhow::Result<f64> {
-    let provider = (tracing != Tracing::None).then(|| {
+/// End to end (events/s) over `n` events, with the OpenTelemetry layer when `otel`.
+pub async fn end_to_end(b: &Bench, n: u64, otel: bool) -> anyhow::Result<f64> {
+    let provider = otel.then(|| {
         SdkTracerProvider::builder()
             .with_batch_exporter(Dropped)
             .build()
     });
     let dispatch = match &provider {
-        Some(p) => {
-            let layer = tracing_opentelemetry::layer().with_tracer(p.tracer("durabus-bench"));
-            let layer = if tracing == Tracing::Lean {
-                layer
-                    .with_location(false)
-                    .with_threads(false)
-                    .with_tracked_inactivity(false)
-            } else {
-                layer
-            };
-            Dispatch::new(tracing_subscriber::registry().with(layer))
-        }
+        Some(p) => Dispatch::new(
+            tracing_subscriber::registry()
+                .with(tracing_opentelemetry::layer().with_tracer(p.tracer("durabus-bench"))),
+        ),
         None => Dispatch::none(),
     };
     let eps = tokio::task::block_in_place(|| {

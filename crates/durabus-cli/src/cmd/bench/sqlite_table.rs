@@ -41,15 +41,6 @@ pub(super) fn print(r: &Report) {
             ),
             "≥ 0.8",
         ),
-        (
-            "end to end, layer as documented (× none)",
-            format!(
-                "{:.2} ({:.0})",
-                r.otel_lean_eps / r.otel_none_eps.max(1.0),
-                r.otel_lean_eps
-            ),
-            "≥ 0.8",
-        ),
         ("latency p50 (µs)", format!("{:.0}", r.latency_p50_us), "—"),
         (
             "latency p99 (µs)",
