@@ -7,8 +7,9 @@
 //! The metadata travels with the stored row, so the context crosses process boundaries: a
 //! worker process on PostgreSQL continues the trace of the process that published.
 
+use opentelemetry::Context;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::TraceContextExt;
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -54,29 +55,117 @@ pub(crate) fn inject(span: &Span, events: &mut [NewEvent]) {
     if !cx.span().span_context().is_valid() {
         return;
     }
-    let propagator = TraceContextPropagator::new();
+    // Written once, copied into each event (a batch shares its producer).
+    let mut header = Metadata::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut Writer(&mut header));
     for event in events {
         if !event.metadata.contains_key(TRACEPARENT) {
-            propagator.inject_context(&cx, &mut Writer(&mut event.metadata));
+            for (k, v) in &header {
+                event.metadata.insert(k.clone(), v.clone());
+            }
         }
     }
+}
+
+/// The producer's context of `metadata`: a version-00 `traceparent` (what [`inject`] writes)
+/// is read directly; any other form goes through the W3C propagator, which knows them all.
+fn producer(metadata: &Metadata) -> Option<SpanContext> {
+    let tp = metadata.get(TRACEPARENT)?;
+    let lower_hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let b = tp.as_bytes();
+    let simple = b.len() == 55
+        && tp.starts_with("00-")
+        && b[35] == b'-'
+        && b[52] == b'-'
+        && lower_hex(&tp[3..35])
+        && lower_hex(&tp[36..52])
+        && lower_hex(&tp[53..55]);
+    let sc = if simple {
+        let trace = TraceId::from_hex(&tp[3..35]).ok()?;
+        let span = SpanId::from_hex(&tp[36..52]).ok()?;
+        let flags = u8::from_str_radix(&tp[53..55], 16).ok()?;
+        let state = match metadata.get(TRACESTATE) {
+            Some(s) => s.parse::<TraceState>().ok()?,
+            None => TraceState::default(),
+        };
+        SpanContext::new(
+            trace,
+            span,
+            TraceFlags::new(flags) & TraceFlags::SAMPLED,
+            true,
+            state,
+        )
+    } else {
+        let cx = TraceContextPropagator::new().extract(&Reader(metadata));
+        cx.span().span_context().clone()
+    };
+    sc.is_valid().then_some(sc)
 }
 
 /// Connects `span` (a consumer span, not yet entered) to the producer context `event`
 /// carries: as its parent when `first` (the event's first delivery), else as a link.
 pub(crate) fn adopt(span: &Span, event: &Event, first: bool) {
-    if span.is_disabled() || !event.metadata.contains_key(TRACEPARENT) {
+    if span.is_disabled() {
         return;
     }
-    let cx = TraceContextPropagator::new().extract(&Reader(&event.metadata));
-    let producer = cx.span().span_context().clone();
-    if !producer.is_valid() {
+    let Some(producer) = producer(&event.metadata) else {
         return;
-    }
+    };
     if first {
         // Fails only without an OpenTelemetry layer, where there is nothing to connect.
-        let _ = span.set_parent(cx);
+        let _ = span.set_parent(Context::new().with_remote_span_context(producer));
     } else {
         span.add_link(producer);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn meta(tp: &str, ts: Option<&str>) -> Metadata {
+        let mut m = Metadata::new();
+        m.insert(TRACEPARENT.into(), tp.into());
+        if let Some(ts) = ts {
+            m.insert(TRACESTATE.into(), ts.into());
+        }
+        m
+    }
+
+    /// The direct reading agrees with the W3C propagator on every header it takes, and leaves
+    /// the others to it.
+    #[test]
+    fn the_producer_is_read_as_the_propagator_reads_it() {
+        let headers = [
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-03",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+            "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+            "garbage",
+            "",
+        ];
+        for tp in headers {
+            for ts in [None, Some("congo=t61rcWkgMzE"), Some("")] {
+                let m = meta(tp, ts);
+                let ours = producer(&m);
+                let theirs = TraceContextPropagator::new()
+                    .extract(&Reader(&m))
+                    .span()
+                    .span_context()
+                    .clone();
+                let theirs = theirs.is_valid().then_some(theirs);
+                assert_eq!(ours, theirs, "{tp:?} {ts:?}");
+            }
+        }
+        assert_eq!(producer(&Metadata::new()), None);
     }
 }

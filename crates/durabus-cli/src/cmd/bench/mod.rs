@@ -154,6 +154,8 @@ pub struct Report {
     /// span into an exporter that drops them, runs alternated in one measurement.
     pub otel_none_eps: f64,
     pub otel_layer_eps: f64,
+    /// The same with the SDK's simple processor (no batch thread).
+    pub otel_simple_eps: f64,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -255,16 +257,19 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     }
     if want("otel") {
         b.say("end to end, no subscriber and the OpenTelemetry layer, alternated");
-        let pairs = b
+        let runs_of = b
             .repeat(runs, || async {
-                let none = otel::end_to_end(&b, r.events, false).await?;
+                let none = otel::end_to_end(&b, r.events, otel::Tracing::None).await?;
                 b.cleanup();
-                let layer = otel::end_to_end(&b, r.events, true).await?;
-                Ok((none, layer))
+                let batch = otel::end_to_end(&b, r.events, otel::Tracing::Batch).await?;
+                b.cleanup();
+                let simple = otel::end_to_end(&b, r.events, otel::Tracing::Simple).await?;
+                Ok((none, batch, simple))
             })
             .await?;
-        r.otel_none_eps = median(pairs.iter().map(|p| p.0).collect());
-        r.otel_layer_eps = median(pairs.iter().map(|p| p.1).collect());
+        r.otel_none_eps = median(runs_of.iter().map(|p| p.0).collect());
+        r.otel_layer_eps = median(runs_of.iter().map(|p| p.1).collect());
+        r.otel_simple_eps = median(runs_of.iter().map(|p| p.2).collect());
     }
     if want("latency") {
         b.say("latency, publish to handler start");

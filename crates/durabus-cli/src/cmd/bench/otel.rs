@@ -22,13 +22,34 @@ impl SpanExporter for Dropped {
     }
 }
 
-/// End to end (events/s) over `n` events, with the OpenTelemetry layer when `otel`.
-pub async fn end_to_end(b: &Bench, n: u64, otel: bool) -> anyhow::Result<f64> {
-    let provider = otel.then(|| {
-        SdkTracerProvider::builder()
-            .with_batch_exporter(Dropped)
-            .build()
-    });
+/// How a run traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracing {
+    /// No subscriber.
+    None,
+    /// The layer, spans handed to the SDK's batch processor (its own thread, as in
+    /// production).
+    Batch,
+    /// The layer, spans handed to the exporter as each ends, on the thread that ends it: the
+    /// recording alone, without the batch thread's wake-ups.
+    Simple,
+}
+
+/// End to end (events/s) over `n` events, traced as `tracing` says.
+pub async fn end_to_end(b: &Bench, n: u64, tracing: Tracing) -> anyhow::Result<f64> {
+    let provider = match tracing {
+        Tracing::None => None,
+        Tracing::Batch => Some(
+            SdkTracerProvider::builder()
+                .with_batch_exporter(Dropped)
+                .build(),
+        ),
+        Tracing::Simple => Some(
+            SdkTracerProvider::builder()
+                .with_simple_exporter(Dropped)
+                .build(),
+        ),
+    };
     let dispatch = match &provider {
         Some(p) => Dispatch::new(
             tracing_subscriber::registry()

@@ -41,6 +41,15 @@ pub(super) fn print(r: &Report) {
             ),
             "≥ 0.8",
         ),
+        (
+            "end to end, layer, simple processor (× none)",
+            format!(
+                "{:.2} ({:.0})",
+                r.otel_simple_eps / r.otel_none_eps.max(1.0),
+                r.otel_simple_eps
+            ),
+            "—",
+        ),
         ("latency p50 (µs)", format!("{:.0}", r.latency_p50_us), "—"),
         (
             "latency p99 (µs)",
