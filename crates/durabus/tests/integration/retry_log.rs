@@ -1,36 +1,17 @@
 //! Every failed attempt, the final one included, emits a structured `tracing` warning with the
 //! fields of the retry policy document.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use durabus::{Clock, Event, EventBus, EventStatus, ManualClock, RetryOverride, SubscribeOptions};
-use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-type Fields = BTreeMap<String, String>;
+use crate::support::{FieldVisitor as Visitor, Fields};
 
 #[derive(Clone, Default)]
 struct Capture(Arc<Mutex<Vec<(tracing::Level, Fields)>>>);
-
-struct Visitor<'a>(&'a mut Fields);
-
-impl Visit for Visitor<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().to_owned(), value.to_string());
-    }
-    fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.insert(field.name().to_owned(), value.to_string());
-    }
-}
 
 impl<S: tracing::Subscriber> Layer<S> for Capture {
     fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {

@@ -6,13 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use durabus::{Event, EventBus, EventStatus, NewEvent, RetryOverride, SubscribeOptions};
-use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::support::Harness;
+use crate::support::{FieldVisitor as Visitor, Harness};
 
 /// One captured span: its name, fields and the index of its parent among the captured spans.
 #[derive(Debug, Clone)]
@@ -27,20 +26,6 @@ struct Capture(Arc<Mutex<Vec<Captured>>>);
 
 /// A span's index in the capture, kept in its extensions.
 struct Index(usize);
-
-struct Visitor<'a>(&'a mut BTreeMap<String, String>);
-
-impl Visit for Visitor<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().to_owned(), value.to_string());
-    }
-}
 
 impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {

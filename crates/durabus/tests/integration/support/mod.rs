@@ -345,3 +345,24 @@ impl Seen {
         self.0.lock().unwrap().len()
     }
 }
+
+/// Fields of a `tracing` span or event as text, for tests that capture them.
+pub type Fields = std::collections::BTreeMap<String, String>;
+
+/// Records every field it is shown into a [`Fields`] (debug values as `{:?}`).
+pub struct FieldVisitor<'a>(pub &'a mut Fields);
+
+impl tracing::field::Visit for FieldVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.0.insert(field.name().to_owned(), value.to_string());
+    }
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.0.insert(field.name().to_owned(), value.to_string());
+    }
+}
