@@ -58,6 +58,25 @@ fn address(child: &mut Child) -> String {
     line[start..].split([' ', '/']).next().unwrap().to_owned()
 }
 
+/// What a stopped child wrote to its piped standard error.
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
+/// Each line of `text` as a JSON value (a line that is not one fails the test).
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
 fn terminate(child: &mut Child) -> std::process::ExitStatus {
     let ok = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -162,13 +181,7 @@ fn serve_answers_over_tcp_with_env_tokens_and_stops_on_sigterm() {
     assert_eq!(status, 200, "{body}");
     let exit = terminate(&mut child);
     assert!(exit.success(), "{exit:?}");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert!(err.contains("stopped"), "{err}");
     assert!(
         err.contains("path=/api/v2/dead-letters") && err.contains("status=200"),
@@ -314,17 +327,8 @@ fn log_format_json_writes_one_object_per_line() {
     );
     assert_eq!(status, 200);
     assert!(terminate(&mut child).success());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let lines: Vec<serde_json::Value> = err
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let err = stderr_of(&mut child);
+    let lines = json_lines(&err);
     let request = lines
         .iter()
         .find(|l| l["fields"]["path"] == "/api/v2/dead-letters")
@@ -346,10 +350,9 @@ fn a_handler_failure_logs_its_event_as_json_fields() {
         .unwrap();
     assert!(out.status.success());
     let err = String::from_utf8(out.stderr).unwrap();
-    let failed: Vec<serde_json::Value> = err
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .filter(|l: &serde_json::Value| l["fields"]["message"] == "event delivery failed")
+    let failed: Vec<serde_json::Value> = json_lines(&err)
+        .into_iter()
+        .filter(|l| l["fields"]["message"] == "event delivery failed")
         .collect();
     assert!(!failed.is_empty(), "the demo's failures: {err}");
     for line in failed {
