@@ -82,6 +82,7 @@ test('the overview shows the seeded counts, the chart and the breakers', async (
   const card = async (id) => (await t.page.textContent(`[data-card=${id}] .value`)).trim();
   assert.equal(await card('pending'), String(overview.pending));
   assert.equal(await card('processing'), String(overview.processing));
+  assert.equal(await card('scheduled'), String(overview.scheduled));
   assert.equal(await card('dl-pending'), String(overview.dead_letters_pending));
   assert.equal(await card('dl-retrying'), String(overview.dead_letters_retrying));
   assert.equal(await t.page.$('[data-card=done]'), null, 'no card counts the whole table');
@@ -298,6 +299,36 @@ test('events, their payload snapshots and a replay preview', async () => {
   await t.page.waitForSelector('.replay-count');
   assert.match(await t.page.textContent('.replay-count'), /Preview: 40 events/);
   await shot(t.page, 'replay');
+  await t.close();
+});
+
+test('scheduled events show their due time and priority, and one is cancelled with a reason', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/events?status=scheduled`);
+  await t.page.waitForSelector('main table a');
+  const rows = await t.page.$$('main table tbody tr');
+  assert.equal(rows.length, 3);
+  const first = await rows[0].textContent();
+  assert.match(first, /remind\.customer/);
+  assert.match(first, /scheduled/);
+  assert.match(first, /5/);
+  await shot(t.page, 'events-scheduled');
+  await t.page.click('main table a >> nth=0');
+  await t.page.waitForSelector('input[name=cancel-reason]');
+  assert.match(await t.page.textContent('dl.fields'), /Scheduled for/);
+  // No reason: refused, nothing changes.
+  await t.page.click('text=Cancel event');
+  await t.page.waitForSelector('#banner:not([hidden])');
+  assert.match(await t.page.textContent('#banner'), /reason is required/);
+  await t.page.fill('input[name=cancel-reason]', 'the customer emptied the cart');
+  await t.page.click('text=Cancel event');
+  await t.page.waitForSelector('ul.cancellations li');
+  assert.match(await t.page.textContent('#view h1'), /cancelled/);
+  assert.match(await t.page.textContent('ul.cancellations'), /the customer emptied the cart/);
+  assert.equal(await t.page.$('input[name=cancel-reason]'), null, 'a cancelled event offers no cancel');
+  await shot(t.page, 'event-cancelled');
+  const left = await get('/api/v2/events?status=scheduled');
+  assert.equal(left.items.length, 2);
   await t.close();
 });
 

@@ -320,6 +320,7 @@ async function overview(quiet) {
     el('h1', { text: 'Overview' }),
     el('div', { class: 'cards' },
       card('Pending', num(o.pending), 'pending'), card('Processing', num(o.processing), 'processing'),
+      card('Scheduled', num(o.scheduled || 0), 'scheduled'),
       card('Oldest due event', age(o.oldest_due_age_seconds), 'oldest-due'),
       card('Dead letters pending', num(o.dead_letters_pending), 'dl-pending'),
       card('Dead letters retrying', num(o.dead_letters_retrying), 'dl-retrying'),
@@ -620,17 +621,18 @@ async function events(params, quiet) {
   if (!page) return;
   const rows = page.items.map((e) => el('tr', {},
     el('td', { class: 'time' }, el('a', { href: `#/events/${encodeURIComponent(e.id)}`, text: when(e.created_at) })),
-    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.retry_count)), el('td', { class: 'time' }, when(e.updated_at))));
+    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.priority || 0)), el('td', {}, String(e.retry_count)),
+    el('td', { class: 'time' }, when(e.next_attempt_at)), el('td', { class: 'time' }, when(e.updated_at))));
   const offset = Number(params.get('offset') || 0);
   fill(view(),
     el('h1', { text: 'Events' }),
     filterForm(params, [
-      { name: 'status', label: 'Status', options: ['pending', 'processing', 'done', 'dlq'] },
+      { name: 'status', label: 'Status', options: ['scheduled', 'pending', 'processing', 'done', 'dlq', 'cancelled'] },
       { name: 'event_type', label: 'Type', placeholder: 'order.created' },
       { name: 'from', label: 'From', type: 'datetime-local' },
       { name: 'to', label: 'To', type: 'datetime-local' },
     ], (p) => go('events', p)),
-    table(['Created', 'Type', 'Status', 'Retries', 'Updated'], rows, 'No events match.'),
+    table(['Created', 'Type', 'Status', 'Priority', 'Retries', 'Due', 'Updated'], rows, 'No events match.'),
     el('div', { class: 'pager' },
       offset > 0 ? el('button', { text: '« Newer', onclick: () => { params.set('offset', Math.max(0, offset - 50)); go('events', params); } }) : null,
       page.next_offset != null ? el('button', { text: 'Older »', onclick: () => { params.set('offset', page.next_offset); go('events', params); } }) : null));
@@ -641,6 +643,27 @@ async function eventDetail(id) {
   const e = await attempt(() => get(`/api/v2/events/${encodeURIComponent(id)}`));
   if (!e) return;
   const snaps = (await attempt(() => get(`/api/v2/events/${encodeURIComponent(id)}/payloads`))) || [];
+  const cancels = (await attempt(() => get(`/api/v2/events/${encodeURIComponent(id)}/cancellations`))) || [];
+  // Cancel: an event not yet delivered, for every subscription or one; the reason is required.
+  const open = ['scheduled', 'pending', 'processing'].includes(e.status) && !e.cancel_requested;
+  const reason = el('input', { name: 'cancel-reason', placeholder: 'Why (required)' });
+  const only = el('input', { name: 'cancel-subscription', placeholder: 'only this subscription (optional)' });
+  const cancelPanel = isAdmin() && open && !(e.dlq_count > 0)
+    ? el('div', { class: 'panel' },
+      el('h2', { text: 'Cancel' }),
+      el('p', { class: 'muted', text: e.status === 'processing'
+        ? 'An attempt is running: it finishes, and no retry follows it.'
+        : 'It will never be delivered (or, for one subscription, never to that one).' }),
+      reason, only,
+      el('div', { class: 'actions' }, el('button', { class: 'danger', text: 'Cancel event', onclick: async () => {
+        if (!reason.value.trim()) { banner('A reason is required to cancel an event.'); return; }
+        const body = { reason: reason.value.trim() };
+        if (only.value.trim()) body.subscription = only.value.trim();
+        const r = await attempt(() => post(`/api/v2/events/${encodeURIComponent(id)}/cancel`, body));
+        if (r) { await eventDetail(id); banner(r.outcome === 'running' ? 'Cancelled: the running attempt finishes and no retry follows it.' : 'Event cancelled.', 'info'); }
+      } })))
+    : null;
+  const cancelViews = cancels.map((c) => el('li', { text: `${when(c.cancelled_at)} by ${c.actor}${c.subscription ? ` for ${c.subscription}` : ''}: ${c.reason}${c.outcome === 'running' ? ' (while an attempt ran: no retry)' : ''}` }));
   const snapViews = snaps.map((s) => el('div', { class: 'panel snapshot' },
     el('strong', { text: s.stage }), ` ${when(s.created_at)} — ${s.size_original} bytes (${s.size_compressed} compressed)`,
     s.contains_media ? ' · media' : '', s.contains_base64 ? ' · base64' : '',
@@ -650,9 +673,12 @@ async function eventDetail(id) {
     el('h1', {}, 'Event ', el('code', { text: e.id }), ' ', badge(e.status)),
     el('dl', { class: 'fields' }, [
       ['Type', e.type], ['Created', when(e.created_at)], ['Updated', when(e.updated_at)],
+      ['Scheduled for', when(e.deliver_at)], ['Priority', e.priority || 0],
       ['Retries', e.retry_count], ['Next attempt', when(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
-      ['Times dead-lettered', e.dlq_count], ['Metadata', pretty(e.metadata)],
+      ['Times dead-lettered', e.dlq_count], ['Cancelled for', (e.cancelled || []).join(', ') || '—'], ['Metadata', pretty(e.metadata)],
     ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, String(v))])),
+    cancelPanel,
+    cancelViews.length ? [el('h2', { text: 'Cancellations' }), el('ul', { class: 'cancellations' }, cancelViews)] : null,
     el('h2', { text: 'Payload' }), el('pre', { class: 'payload', text: pretty(e.payload) }),
     (e.errors || []).length ? [el('h2', { text: 'Errors' }), el('ol', {}, e.errors.map((x) => el('li', { text: x })))] : null,
     el('h2', { text: 'Payload snapshots by stage' }), snapViews.length ? snapViews : el('p', { class: 'muted', text: 'No snapshots stored for this event.' }));

@@ -16,6 +16,8 @@ const SHIPPED: u64 = 40;
 const CARD: u64 = 6;
 /// Dead letters of the bank group.
 const BANK: u64 = 4;
+/// Reminders scheduled for the next day (priority 5).
+const REMINDERS: u64 = 3;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -96,6 +98,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
     }
+    // Reminders for tomorrow: scheduled, with a priority.
+    for customer in 0..REMINDERS {
+        bus.enqueue_event(
+            durabus::NewEvent::new(
+                "remind.customer",
+                &serde_json::json!({ "customer": customer, "about": "cart" }),
+            )?
+            .delay(Duration::from_secs(86_400))
+            .priority(5),
+        )
+        .await?;
+    }
     // The dead-letter records are written with the outcomes, just after the publishes return.
     let want = CARD + 1 + BANK;
     let mut dead = 0;
@@ -114,7 +128,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     bus.shutdown().await?;
     println!(
-        "seeded {target}: {SHIPPED} delivered, {} dead letters in 2 groups",
+        "seeded {target}: {SHIPPED} delivered, {} dead letters in 2 groups, {REMINDERS} scheduled",
         want
     );
     Ok(())

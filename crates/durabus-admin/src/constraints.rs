@@ -5,6 +5,7 @@
 //! an empty filter needs `all`, a replay needs `from`, ids or `all`). A client that validates
 //! against the document and the server agree on every request; schemathesis checks it in CI.
 
+use durabus::cancel::REASON_MAX_CHARS as CANCEL_REASON_MAX;
 use durabus::dlq::MAX_NOTE;
 use durabus::pattern::{EVENT_TYPE_REGEX, MAX_TYPE_LEN, PATTERN_REGEX};
 use durabus::payload::{JSON_PATH_REGEX, MAX_REASON, STAGES_ITEM_REGEX};
@@ -87,7 +88,7 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
             "/api/v2/events",
             "get",
             "status",
-            json!({"type": "string", "enum": ["pending", "processing", "done", "dlq"]}),
+            json!({"type": "string", "enum": ["scheduled", "pending", "processing", "done", "dlq", "cancelled"]}),
         ),
         (
             "/api/v2/events",
@@ -130,6 +131,8 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
     // Properties of the bodies (and of the library types they hold).
     for (schema, property, rule) in [
         ("ResolveBody", "note", required_text(MAX_NOTE)),
+        ("CancelBody", "reason", required_text(CANCEL_REASON_MAX)),
+        ("CancelBody", "subscription", nullable(required_text(255))),
         ("AbandonBody", "note", optional_text(MAX_NOTE)),
         ("DeleteBody", "reason", required_text(MAX_REASON)),
         ("BulkBody", "note", optional_text(MAX_NOTE)),

@@ -183,7 +183,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Demo(args) => cmd::demo::run(&db, cli.json, args).await,
-            Command::Events(c) => cmd::events::run(&db, cli.json, c).await,
+            Command::Events(c) => cmd::events::run(&db, &ctx, c).await,
             Command::Dlq(c) => cmd::dlq::run(&db, &ctx, c).await,
             Command::Operations(c) => cmd::operations::run(&db, &ctx, c).await,
             Command::Replay(c) => cmd::replay::run(&db, &ctx, c).await,

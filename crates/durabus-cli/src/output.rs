@@ -37,8 +37,10 @@ pub fn events_table(events: &[Event], empty: &str) {
         text("ID", 36),
         text("TYPE", 32),
         text("STATUS", 10),
+        number("PRIO"),
         number("RETRIES"),
         text("CREATED", 24),
+        text("DUE", 24),
         text("LAST ERROR", 60),
     ]);
     for e in events {
@@ -46,8 +48,10 @@ pub fn events_table(events: &[Event], empty: &str) {
             e.id.to_string(),
             e.event_type.clone(),
             e.status.to_string(),
+            e.priority.to_string(),
             e.retry_count.to_string(),
             e.created_at.to_string(),
+            ts(e.next_attempt_at),
             e.last_error().unwrap_or("-").to_owned(),
         ]);
     }
@@ -143,6 +147,12 @@ pub fn event(e: &Event) {
     outln!("status         {}", e.status);
     outln!("created        {}", e.created_at);
     outln!("updated        {}", e.updated_at);
+    if let Some(at) = e.deliver_at {
+        outln!("scheduled for  {at}");
+    }
+    if e.priority != 0 {
+        outln!("priority       {}", e.priority);
+    }
     if let Some(at) = e.next_attempt_at {
         outln!("next attempt   {at}");
     }
@@ -165,6 +175,12 @@ pub fn event(e: &Event) {
             e.delivered.join(", ")
         }
     );
+    if !e.cancelled.is_empty() {
+        outln!("cancelled for  {}", e.cancelled.join(", "));
+    }
+    if e.cancel_requested {
+        outln!("cancel asked   while an attempt ran: no retry follows it");
+    }
     for (k, v) in &e.metadata {
         outln!("metadata       {k} = {v}");
     }

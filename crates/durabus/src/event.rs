@@ -9,6 +9,7 @@ use uuid::Uuid;
 
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
+use crate::options::PublishOptions;
 use crate::pattern::{validate_event_type, validate_system_type};
 
 /// An event id: a UUID (version 7, so ids sort by creation time).
@@ -45,11 +46,14 @@ impl FromStr for EventId {
     }
 }
 
-/// Where an event is in its lifecycle: `pending → processing → done | dlq`.
+/// Where an event is in its lifecycle: `[scheduled →] pending → processing → done | dlq`, or
+/// `cancelled` before it is delivered.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EventStatus {
+    /// Published for a later time (see [`PublishOptions`]): not delivered before it is due.
+    Scheduled,
     /// Stored and waiting for its (next) delivery attempt.
     Pending,
     /// A delivery attempt is running.
@@ -58,24 +62,31 @@ pub enum EventStatus {
     Done,
     /// Delivery failed more often than the retry policy allows: the event is a dead letter.
     Dlq,
+    /// Cancelled by an operator or the application before it was delivered (see
+    /// [`crate::cancel`]): no handler runs for it.
+    Cancelled,
 }
 
 impl EventStatus {
     /// Every status, in lifecycle order.
-    pub const ALL: [EventStatus; 4] = [
+    pub const ALL: [EventStatus; 6] = [
+        EventStatus::Scheduled,
         EventStatus::Pending,
         EventStatus::Processing,
         EventStatus::Done,
         EventStatus::Dlq,
+        EventStatus::Cancelled,
     ];
 
     /// The name stored in the database.
     pub fn as_str(self) -> &'static str {
         match self {
+            EventStatus::Scheduled => "scheduled",
             EventStatus::Pending => "pending",
             EventStatus::Processing => "processing",
             EventStatus::Done => "done",
             EventStatus::Dlq => "dlq",
+            EventStatus::Cancelled => "cancelled",
         }
     }
 }
@@ -96,7 +107,7 @@ impl FromStr for EventStatus {
                 Error::invalid(
                     "status",
                     format!("{s:?} is not an event status"),
-                    "pending, processing, done or dlq",
+                    "scheduled, pending, processing, done, dlq or cancelled",
                 )
             })
     }
@@ -136,7 +147,7 @@ pub struct Event {
     pub created_at: Timestamp,
     /// When the event last changed.
     pub updated_at: Timestamp,
-    /// When the next delivery attempt is due (pending events).
+    /// When the next delivery attempt is due (scheduled and pending events).
     pub next_attempt_at: Option<Timestamp>,
     /// When the event became a dead letter.
     pub dlq_at: Option<Timestamp>,
@@ -144,6 +155,16 @@ pub struct Event {
     /// for delivery keeps its count: delivered, it resolves its dead-letter record; dead again,
     /// it adds a round to it.
     pub dlq_count: u32,
+    /// Its priority among due events ([`PublishOptions::priority`]; 0 by default).
+    pub priority: i16,
+    /// The time it was published for, if it was published as a scheduled event
+    /// ([`PublishOptions::deliver_at`] or [`delay`](PublishOptions::delay)).
+    pub deliver_at: Option<Timestamp>,
+    /// Keys of the subscriptions it was cancelled for ([`crate::cancel`]): their handlers never
+    /// run for it.
+    pub cancelled: Vec<String>,
+    /// A cancel came while an attempt was running: no retry follows that attempt.
+    pub cancel_requested: bool,
 }
 
 fn raw_json<S: Serializer>(payload: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -193,6 +214,8 @@ pub struct NewEvent {
     pub payload: String,
     /// Metadata.
     pub metadata: Metadata,
+    /// When and in what order it is delivered (default: due now, priority 0).
+    pub options: PublishOptions,
 }
 
 impl NewEvent {
@@ -207,6 +230,7 @@ impl NewEvent {
             event_type: event_type.to_owned(),
             payload,
             metadata: Metadata::new(),
+            options: PublishOptions::default(),
         })
     }
 
@@ -221,12 +245,13 @@ impl NewEvent {
             event_type: event_type.to_owned(),
             payload,
             metadata: Metadata::new(),
+            options: PublishOptions::default(),
         })
     }
 
-    /// Checks the type and the payload's size against `max_payload_bytes`: fails with
-    /// [`Error::InvalidEventType`] (also for the reserved `system.*` types) or
-    /// [`Error::PayloadTooLarge`]. Every way of publishing runs this before anything is
+    /// Checks the type, the payload's size against `max_payload_bytes` and the publish options:
+    /// fails with [`Error::InvalidEventType`] (also for the reserved `system.*` types),
+    /// [`Error::PayloadTooLarge`] or [`Error::Invalid`] (see [`PublishOptions::check`]). Every way of publishing runs this before anything is
     /// written.
     pub fn check(&self, max_payload_bytes: usize) -> Result<()> {
         if self.payload.len() > max_payload_bytes {
@@ -235,7 +260,41 @@ impl NewEvent {
                 limit: max_payload_bytes,
             });
         }
-        validate_event_type(&self.event_type)
+        validate_event_type(&self.event_type)?;
+        self.options.check()
+    }
+
+    /// Sets its publish options, replacing any set before.
+    #[must_use]
+    pub fn with_options(mut self, options: PublishOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Not delivered before `at` ([`PublishOptions::deliver_at`]).
+    #[must_use]
+    pub fn deliver_at(mut self, at: Timestamp) -> Self {
+        self.options = self.options.deliver_at(at);
+        self
+    }
+
+    /// Not delivered before `delay` after it is published ([`PublishOptions::delay`]).
+    #[must_use]
+    pub fn delay(mut self, delay: std::time::Duration) -> Self {
+        self.options = self.options.delay(delay);
+        self
+    }
+
+    /// Its priority among due events ([`PublishOptions::priority`]).
+    #[must_use]
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.options = self.options.priority(priority);
+        self
+    }
+
+    /// When it is due if published at `now`, if later than `now` (a scheduled event).
+    pub fn due_at(&self, now: Timestamp) -> Option<Timestamp> {
+        self.options.due_at(now)
     }
 
     /// Uses `id` instead of a fresh one. Publishing an id that is already stored stores and
@@ -256,8 +315,15 @@ impl NewEvent {
         self
     }
 
-    /// The event as stored at `now` with `status`.
+    /// The event as stored at `now` with `status` (a scheduled event, due later than `now`,
+    /// is stored with status [`EventStatus::Scheduled`] whatever `status` says).
     pub fn into_event(self, status: EventStatus, now: Timestamp) -> Event {
+        let due = self.due_at(now);
+        let status = if due.is_some() {
+            EventStatus::Scheduled
+        } else {
+            status
+        };
         Event {
             id: self.id,
             event_type: self.event_type,
@@ -269,9 +335,13 @@ impl NewEvent {
             delivered: Vec::new(),
             created_at: now,
             updated_at: now,
-            next_attempt_at: (status == EventStatus::Pending).then_some(now),
+            next_attempt_at: due.or((status == EventStatus::Pending).then_some(now)),
             dlq_at: None,
             dlq_count: 0,
+            priority: self.options.priority_value(),
+            deliver_at: due,
+            cancelled: Vec::new(),
+            cancel_requested: false,
         }
     }
 }

@@ -34,7 +34,9 @@
 //! |---|---|
 //! | [`bus`](EventBus) | the public handle: publish, enqueue, subscribe, start, shutdown; `poll`/`finalize` for own worker loops; the builder |
 //! | `dispatch` | the dispatcher: registry, circuit breakers, in-flight tracking; runs handlers under timeouts, decides what an attempt means, records outcomes |
-//! | [`store`] | capability traits by noun ([`EventStore`], [`SubscriptionStore`], [`QueryStore`], [`DeadLetterStore`], [`PayloadStore`](store::PayloadStore), [`OperationStore`], [`JobStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL stores |
+//! | [`store`] | capability traits by noun ([`EventStore`], [`SubscriptionStore`], [`QueryStore`], [`DeadLetterStore`], [`PayloadStore`](store::PayloadStore), [`CancelStore`](store::CancelStore), [`OperationStore`], [`JobStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL stores |
+//! | [`options`] | publish options: a due time ([`NewEvent::delay`], [`NewEvent::deliver_at`]) and a priority, one builder ([`PublishOptions`]) for every publish path |
+//! | [`cancel`] | cancelling undelivered events (all subscriptions or one): the rules and the record ([`EventBus::cancel`]) |
 //! | [`dlq`] | dead letters: records, lifecycle rules, failure groups, filters, the auto-retry and retention rounds, bulk actions; the spec's [`DlqInspector`] and the operator's [`DeadLetters`] |
 //! | [`operation`] | durable operations: a typed [`OperationKind`], the state machine, the [`Runner`](operation::Runner) every kind runs under, the [`Operations`] service |
 //! | [`replay`] | replay selections, requests, summaries, the rate limiter, the run, the [`Replays`] service |
@@ -89,6 +91,7 @@ pub(crate) use fail_point;
 pub mod actor;
 pub mod breaker;
 mod bus;
+pub mod cancel;
 pub mod clock;
 pub mod config;
 mod dispatch;
@@ -103,6 +106,7 @@ pub mod history;
 mod holder;
 pub mod hook;
 pub mod operation;
+pub mod options;
 #[cfg(feature = "sqlite")]
 pub mod outbox;
 pub mod pattern;
@@ -139,6 +143,7 @@ pub use hook::{BusError, ErrorHook, ErrorSource};
 pub use operation::{
     OPERATION_KINDS, Operation, OperationKind, OperationStatus, Operations, RunOptions,
 };
+pub use options::PublishOptions;
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
 pub use payload::{ConfigChange, ConfigInput, PayloadConfig, Payloads, Snapshot};

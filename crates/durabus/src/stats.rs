@@ -22,6 +22,9 @@ use crate::store::Store;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TypeStats {
+    /// Scheduled events (published for a later time, not yet due or not yet claimed).
+    #[serde(default)]
+    pub scheduled: u64,
     /// Pending events.
     pub pending: u64,
     /// Events being delivered.
@@ -30,6 +33,9 @@ pub struct TypeStats {
     pub done: u64,
     /// Dead letters.
     pub dlq: u64,
+    /// Cancelled events.
+    #[serde(default)]
+    pub cancelled: u64,
     /// `dlq / (done + dlq)`; 0 when none has ended.
     pub dlq_rate: f64,
 }
@@ -37,10 +43,12 @@ pub struct TypeStats {
 impl TypeStats {
     fn add(&mut self, status: EventStatus, n: u64) {
         match status {
+            EventStatus::Scheduled => self.scheduled += n,
             EventStatus::Pending => self.pending += n,
             EventStatus::Processing => self.processing += n,
             EventStatus::Done => self.done += n,
             EventStatus::Dlq => self.dlq += n,
+            EventStatus::Cancelled => self.cancelled += n,
         }
     }
 

@@ -1,21 +1,24 @@
 //! `/api/v2/events`: the history query and one event.
 
+use axum::Extension;
 use axum::extract::State;
+use durabus::cancel::{CancelRequest, Cancellation};
 use durabus::{Event, EventId, EventQuery, EventStatus, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::{Errors, limit};
 use crate::AdminState;
+use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::extract::{Path, Query};
+use crate::extract::{Json, Path, Query};
 
 /// Filters of the history query.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
-    /// Only this status: `pending`, `processing`, `done`, `dlq`.
+    /// Only this status: `scheduled`, `pending`, `processing`, `done`, `dlq`, `cancelled`.
     status: Option<String>,
     /// Only this exact type.
     #[serde(alias = "eventType")]
@@ -82,4 +85,49 @@ pub(crate) async fn get(
     Path(id): Path<EventId>,
 ) -> ApiResult<axum::Json<Event>> {
     Ok(axum::Json(state.bus().history().get(id).await?))
+}
+
+/// What to cancel and why.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CancelBody {
+    /// Why (required, at most 1000 characters).
+    reason: String,
+    /// Only for this subscription (its name, or its id for an unnamed one); absent: every one.
+    #[serde(default)]
+    subscription: Option<String>,
+}
+
+/// Cancels an event that has not been delivered, for every subscription or one. A waiting
+/// event never runs (`outcome: cancelled`); a running one finishes its attempt and no retry
+/// follows it (`outcome: running`). `404` for an unknown event, `409` for one that has
+/// finished, or whose subscription has handled it already.
+#[utoipa::path(post, path = "/api/v2/events/{event_id}/cancel", tag = "events",
+    params(("event_id" = uuid::Uuid, Path, description = "The event's id")),
+    request_body = CancelBody,
+    responses((status = 200, description = "The cancellation on record", body = Cancellation), Errors))]
+pub(crate) async fn cancel(
+    State(state): State<AdminState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<EventId>,
+    Json(body): Json<CancelBody>,
+) -> ApiResult<axum::Json<Cancellation>> {
+    let request = CancelRequest {
+        event_id: id,
+        subscription: body.subscription,
+        actor: caller.actor(),
+        reason: body.reason,
+    };
+    Ok(axum::Json(state.bus().cancel(request).await?))
+}
+
+/// An event's cancellations, oldest first (empty for an unknown event).
+#[utoipa::path(get, path = "/api/v2/events/{event_id}/cancellations", tag = "events",
+    params(("event_id" = uuid::Uuid, Path, description = "The event's id")),
+    responses((status = 200, body = Vec<Cancellation>), Errors))]
+pub(crate) async fn cancellations(
+    State(state): State<AdminState>,
+    Path(id): Path<EventId>,
+) -> ApiResult<axum::Json<Vec<Cancellation>>> {
+    Ok(axum::Json(state.bus().cancellations(id).await?))
 }

@@ -33,6 +33,8 @@ pub(crate) fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(dead_letters::bulk))
         .routes(routes!(events::list))
         .routes(routes!(events::get))
+        .routes(routes!(events::cancel))
+        .routes(routes!(events::cancellations))
         .routes(routes!(payloads::list, payloads::delete))
         .routes(routes!(payloads::get))
         .routes(routes!(payloads::configs))

@@ -179,6 +179,10 @@ pub(crate) struct Overview {
     pending: u64,
     /// Events being delivered.
     processing: u64,
+    /// Events published for a later time.
+    scheduled: u64,
+    /// The earliest due time of a scheduled event, if any.
+    next_scheduled_at: Option<Timestamp>,
     /// Seconds since the earliest due time of a pending event (0 when none is due).
     oldest_due_age_seconds: f64,
     /// Open dead letters waiting for an operator or the auto retry.
@@ -217,6 +221,8 @@ pub(crate) async fn overview(State(state): State<AdminState>) -> ApiResult<axum:
         now,
         pending: g.pending,
         processing: g.processing,
+        scheduled: g.scheduled,
+        next_scheduled_at: g.next_scheduled_at,
         oldest_due_age_seconds: StoreGauges::age(g.oldest_due_at, now),
         dead_letters_pending: g.dead_letters_pending,
         dead_letters_retrying: g.dead_letters_retrying,

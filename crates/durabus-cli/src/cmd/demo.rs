@@ -22,6 +22,9 @@ pub struct Args {
     orders: u32,
 }
 
+/// How long after it is published the demo's reminder is due.
+const REMINDER_DELAY: Duration = Duration::from_millis(300);
+
 /// The event types the demo subscribes to.
 const DEMO_PATTERNS: [&str; 2] = ["order.*", "user.*"];
 
@@ -32,11 +35,16 @@ fn is_demo_type(event_type: &str) -> bool {
         .any(|p| p.matches(event_type))
 }
 
-/// Pending or processing events whose type `counted` accepts.
+/// Scheduled, pending or processing events whose type `counted` accepts.
 fn open_events(counts: &[StatusCount], counted: impl Fn(&str) -> bool) -> u64 {
     counts
         .iter()
-        .filter(|c| matches!(c.status, EventStatus::Pending | EventStatus::Processing))
+        .filter(|c| {
+            matches!(
+                c.status,
+                EventStatus::Scheduled | EventStatus::Pending | EventStatus::Processing
+            )
+        })
         .filter(|c| counted(&c.event_type))
         .map(|c| c.count)
         .sum()
@@ -77,6 +85,7 @@ async fn refuse_foreign_work(db: &crate::cmd::Db) -> anyhow::Result<()> {
 struct Summary {
     database: String,
     published: usize,
+    scheduled: usize,
     delivered: usize,
     delivered_after_retry: usize,
     dead_lettered: usize,
@@ -122,8 +131,12 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         "order.*",
         move |e: Event| {
             c.fetch_add(1, Ordering::Relaxed);
+            let scheduled = e
+                .deliver_at
+                .map(|at| format!(", scheduled for {at}"))
+                .unwrap_or_default();
             say(format!(
-                "  audit     recorded {} (attempt {})",
+                "  audit     recorded {} (attempt {}{scheduled})",
                 e.event_type,
                 e.attempt()
             ));
@@ -180,6 +193,14 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
 
     say(format!("publishing to {}", db.display()));
     let mut ids = Vec::new();
+    // A reminder for later: stored now as scheduled, delivered once its time comes.
+    let reminder =
+        NewEvent::new("order.reminder", &serde_json::json!({"order": 1}))?.delay(REMINDER_DELAY);
+    ids.push(bus.publish_event(reminder).await?);
+    say(format!(
+        "  scheduled order.reminder for {} ms from now",
+        REMINDER_DELAY.as_millis()
+    ));
     ids.push(
         bus.publish(
             "user.signed_up",
@@ -235,6 +256,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     let summary = Summary {
         database: db.display().to_string(),
         published: ids.len(),
+        scheduled: events.iter().filter(|e| e.deliver_at.is_some()).count(),
         delivered: events
             .iter()
             .filter(|e| e.status == EventStatus::Done)
@@ -263,6 +285,7 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     outln!();
     outln!("summary");
     outln!("  published              {}", summary.published);
+    outln!("  of which scheduled     {}", summary.scheduled);
     outln!("  delivered              {}", summary.delivered);
     outln!("  delivered after retry  {}", summary.delivered_after_retry);
     outln!("  dead-lettered          {}", summary.dead_lettered);

@@ -1,11 +1,14 @@
-//! `durabus events list | show | publish | purge`.
+//! `durabus events list | show | publish | cancel | purge`.
 
 use std::io::Read;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use durabus::{EventId, EventQuery, EventStatus, History, NewEvent, Payloads, Timestamp};
+use durabus::cancel::{CancelOutcome, CancelRequest};
+use durabus::{
+    EventId, EventQuery, EventStatus, History, NewEvent, Payloads, PublishOptions, Timestamp,
+};
 
 use crate::output;
 
@@ -13,7 +16,7 @@ use crate::output;
 pub enum EventsCommand {
     /// List events, newest first.
     List {
-        /// Only events with this status (pending, processing, done, dlq).
+        /// Only events with this status (scheduled, pending, processing, done, dlq, cancelled).
         #[arg(long)]
         status: Option<EventStatus>,
         /// Only events of exactly this type.
@@ -38,14 +41,37 @@ pub enum EventsCommand {
         /// The event's id.
         id: EventId,
     },
-    /// Publish an event for testing and scripts: stored durably as pending (the application's
-    /// workers deliver it); prints its id.
+    /// Publish an event for testing and scripts: stored durably as pending, or as scheduled
+    /// with --delay or --at (the application's workers deliver it); prints its id.
     Publish {
         /// The event type (`system.*` is the bus's own).
         event_type: String,
         /// The payload: JSON text, `@FILE` to read it from a file, or `-` (or nothing) to read
         /// it from standard input.
         payload: Option<String>,
+        /// Not delivered before this long from now: a whole number of ms, s, m, h or d (90s,
+        /// 15m, 2h).
+        #[arg(long, value_parser = parse_delay, conflicts_with = "at")]
+        delay: Option<Duration>,
+        /// Not delivered before this time (RFC 3339); a time in the past means now.
+        #[arg(long)]
+        at: Option<Timestamp>,
+        /// Priority among due events, higher first: -100 to 100 (default 0).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i16,
+    },
+    /// Cancel an event that has not been delivered, for every subscription or one. A waiting
+    /// event never runs; a running one finishes its attempt and no retry follows it. Recorded
+    /// with --actor and the reason.
+    Cancel {
+        /// The event's id.
+        id: EventId,
+        /// Why (required).
+        #[arg(long)]
+        reason: String,
+        /// Only for this subscription (its name, or its id for an unnamed one).
+        #[arg(long)]
+        subscription: Option<String>,
     },
     /// Delete completed (done) events finished DAYS days ago or earlier. Pending, processing
     /// and dead events are never touched.
@@ -56,14 +82,52 @@ pub enum EventsCommand {
     },
 }
 
-pub async fn run(db: &crate::cmd::Db, json: bool, command: EventsCommand) -> anyhow::Result<()> {
+pub async fn run(
+    db: &crate::cmd::Db,
+    ctx: &crate::cmd::Context,
+    command: EventsCommand,
+) -> anyhow::Result<()> {
+    let json = ctx.json;
     let store = super::open_existing(db).await?;
+    if let EventsCommand::Cancel {
+        id,
+        reason,
+        subscription,
+    } = command
+    {
+        let request = CancelRequest {
+            event_id: id,
+            subscription,
+            actor: ctx.actor.clone(),
+            reason,
+        };
+        let result = cancel(store.clone(), json, request).await;
+        store.close().await?;
+        return result;
+    }
     if let EventsCommand::Publish {
         event_type,
         payload,
+        delay,
+        at,
+        priority,
     } = command
     {
-        let result = publish(store.clone(), json, &event_type, payload.as_deref()).await;
+        let mut options = PublishOptions::new().priority(priority);
+        if let Some(d) = delay {
+            options = options.delay(d);
+        }
+        if let Some(at) = at {
+            options = options.deliver_at(at);
+        }
+        let result = publish(
+            store.clone(),
+            json,
+            &event_type,
+            payload.as_deref(),
+            options,
+        )
+        .await;
         store.close().await?;
         return result;
     }
@@ -104,7 +168,9 @@ async fn execute(history: &History, json: bool, command: EventsCommand) -> anyho
                 output::events_table(&events, "no events match");
             }
         }
-        EventsCommand::Show { .. } | EventsCommand::Publish { .. } => {
+        EventsCommand::Show { .. }
+        | EventsCommand::Publish { .. }
+        | EventsCommand::Cancel { .. } => {
             unreachable!("handled in run")
         }
         EventsCommand::Purge { older_than } => {
@@ -137,30 +203,67 @@ fn payload_text(arg: Option<&str>) -> anyhow::Result<String> {
     }
 }
 
+/// `--delay` as clap parses it.
+fn parse_delay(text: &str) -> Result<Duration, String> {
+    durabus::options::parse_delay("delay", text).map_err(|e| e.to_string())
+}
+
 async fn publish(
     store: std::sync::Arc<dyn durabus::Store>,
     json: bool,
     event_type: &str,
     payload: Option<&str>,
+    options: PublishOptions,
 ) -> anyhow::Result<()> {
     let text = payload_text(payload)?;
     let value: serde_json::Value = serde_json::from_str(text.trim())
         .map_err(|e| anyhow::anyhow!("the payload is not JSON: {e}"))?;
-    let event = NewEvent::new(event_type, &value)?;
+    let event = NewEvent::new(event_type, &value)?.with_options(options);
     let bus = durabus::EventBus::builder()
         .store(store)
         .deliver(false)
         .build()
         .await?;
+    let due = event.due_at(bus.clock().now());
     let id = bus.enqueue_event(event).await;
     bus.shutdown().await?;
     let id = id?;
+    let status = if due.is_some() {
+        EventStatus::Scheduled
+    } else {
+        EventStatus::Pending
+    };
     if json {
-        output::json(&serde_json::json!({ "id": id, "type": event_type, "status": "pending" }))
+        output::json(&serde_json::json!({
+            "id": id, "type": event_type, "status": status, "deliver_at": due,
+            "priority": options.priority_value(),
+        }))
     } else {
         outln!("{id}");
         Ok(())
     }
+}
+
+async fn cancel(
+    store: std::sync::Arc<dyn durabus::Store>,
+    json: bool,
+    request: CancelRequest,
+) -> anyhow::Result<()> {
+    let done = store.cancel_event(request, Timestamp::now()).await?;
+    if json {
+        return output::json(&done);
+    }
+    let what = match &done.subscription {
+        Some(s) => format!("event {} for subscription {s}", done.event_id),
+        None => format!("event {}", done.event_id),
+    };
+    match done.outcome {
+        CancelOutcome::Cancelled => outln!("cancelled {what}"),
+        CancelOutcome::Running => outln!(
+            "{what} is being delivered now: the running attempt finishes and no retry follows it"
+        ),
+    }
+    Ok(())
 }
 
 async fn show(
@@ -169,11 +272,30 @@ async fn show(
     id: EventId,
 ) -> anyhow::Result<()> {
     let event = History::new(store.clone()).get(id).await?;
+    let cancellations = store.cancellations(id).await?;
     let snapshots = Payloads::new(store).list(id).await?;
     if json {
-        return output::json(&serde_json::json!({ "event": event, "snapshots": snapshots }));
+        return output::json(&serde_json::json!({
+            "event": event, "cancellations": cancellations, "snapshots": snapshots,
+        }));
     }
     output::event(&event);
+    for c in &cancellations {
+        outln!(
+            "cancelled      {} by {}{}: {} ({})",
+            c.cancelled_at,
+            c.actor,
+            c.subscription
+                .as_deref()
+                .map(|s| format!(" for {s}"))
+                .unwrap_or_default(),
+            c.reason,
+            match c.outcome {
+                CancelOutcome::Cancelled => "cancelled",
+                CancelOutcome::Running => "while running: no retry",
+            }
+        );
+    }
     outln!();
     output::snapshots(&snapshots);
     Ok(())

@@ -318,11 +318,11 @@ async fn every_cli_command_works_on_postgres() {
         &schema,
         &["events", "list", "--status", "done", "--json"],
     ));
-    // Seven of the demo's events, the `system.dead_letter` announcement and the
-    // `system.failure_group.new` one (its failure was a first).
-    assert_eq!(done.as_array().unwrap().len(), 9);
+    // Eight of the demo's events (its reminder among them), the `system.dead_letter`
+    // announcement and the `system.failure_group.new` one (its failure was a first).
+    assert_eq!(done.as_array().unwrap().len(), 10);
     let stats = json(&cli(&schema, &["stats", "--fresh", "--json"]));
-    assert_eq!(stats["total"], 10);
+    assert_eq!(stats["total"], 11);
     let preview = json(&cli(
         &schema,
         &["dlq", "retry", "--type", "order.*", "--preview", "--json"],
@@ -334,7 +334,7 @@ async fn every_cli_command_works_on_postgres() {
         &schema,
         &["events", "purge", "--older-than", "0", "--json"],
     ));
-    assert_eq!(purged["purged"], 9);
+    assert_eq!(purged["purged"], 10);
     let pending = json(&cli(&schema, &["events", "list", "--json"]));
     assert_eq!(pending.as_array().unwrap().len(), 1);
     assert_eq!(pending[0]["status"], "pending");

@@ -2,6 +2,7 @@
 //! (started, shutting down, the background tasks under a supervisor).
 
 mod builder;
+mod cancels;
 mod lifecycle;
 mod manual;
 mod publish;

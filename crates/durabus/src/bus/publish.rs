@@ -48,6 +48,10 @@ impl EventBus {
     /// Fails with [`Error::InvalidEventType`] (also for the reserved `system.*` types),
     /// [`Error::InvalidPayload`], [`Error::PayloadTooLarge`] or [`Error::Shutdown`]; nothing is
     /// stored then.
+    ///
+    /// An event published with a later due time ([`NewEvent::delay`],
+    /// [`NewEvent::deliver_at`]) is stored as scheduled and this returns at once: there is no
+    /// delivery to wait for yet.
     pub async fn publish<T: Serialize + ?Sized>(
         &self,
         event_type: &str,
@@ -67,6 +71,11 @@ impl EventBus {
         self.check_open()?;
         self.check_size(&event)?;
         let now = dispatcher.clock().now();
+        if event.due_at(now).is_some() {
+            // Scheduled: stored to wait for its time; there is no delivery to wait for now.
+            drop(guard);
+            return self.enqueue_event(event).await;
+        }
         let id = event.id;
         let snapshots = self.published_snapshots(std::slice::from_ref(&event), now)?;
         let span = crate::published::Published::span("publish", std::slice::from_mut(&mut event));
@@ -140,7 +149,7 @@ impl EventBus {
         let event_type = event.event_type.clone();
         let started = std::time::Instant::now();
         let early = acks_early();
-        let turn = if early {
+        let turn = if early || event.due_at(now).is_some() {
             None
         } else {
             self.dispatcher().handoff().take()

@@ -29,7 +29,7 @@ const CLOSED: u8 = 2;
 #[derive(Debug)]
 pub(crate) enum Handed {
     /// A stored event, claimed by this process, to deliver.
-    Event(Event),
+    Event(Box<Event>),
     /// Nothing after all (the id was already stored, or the insert failed): the loop wakes
     /// and looks for work, so the turn it offered is not lost.
     Nothing,
@@ -102,8 +102,8 @@ impl Turn {
     /// the caller to give back to the store.
     pub fn give(mut self, event: Event) -> Option<Event> {
         self.used = true;
-        match self.handoff.tx.send(Handed::Event(event)) {
-            Err(mpsc::error::SendError(Handed::Event(event))) => Some(event),
+        match self.handoff.tx.send(Handed::Event(Box::new(event))) {
+            Err(mpsc::error::SendError(Handed::Event(event))) => Some(*event),
             _ => None,
         }
     }

@@ -239,7 +239,7 @@ impl Dispatcher {
     }
 
     /// One delivery pass over a `processing` event: the matching handlers that have not yet
-    /// handled it run in subscription order until one fails; returns the outcome to record and
+    /// handled it (and are not cancelled for it) run in subscription order until one fails; returns the outcome to record and
     /// the snapshot of a failure.
     pub async fn attempt(&self, event: Event) -> Attempted {
         let (subs, policy) = self.policy_for(&event.event_type);
@@ -253,7 +253,9 @@ impl Dispatcher {
             let ran = Ran::Exhausted {
                 subscription: subs
                     .iter()
-                    .find(|s| !event.delivered.contains(&s.key))
+                    .find(|s| {
+                        !event.delivered.contains(&s.key) && !event.cancelled.contains(&s.key)
+                    })
                     .map(|s| (s.info.id.clone(), s.key.clone())),
             };
             (ran, None)
@@ -287,9 +289,10 @@ impl Dispatcher {
         now: Timestamp,
     ) -> (Ran, Option<Timestamp>) {
         let mut delivered = event.delivered.clone();
+        // Neither handled already nor cancelled for this event.
         let pending: Vec<&Arc<Entry>> = subs
             .iter()
-            .filter(|s| !delivered.iter().any(|k| k == &s.key))
+            .filter(|s| !delivered.iter().any(|k| k == &s.key) && !event.cancelled.contains(&s.key))
             .collect();
         let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
         let admissions = self.breakers.admit(&infos, now);

@@ -291,7 +291,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 };
                 handoff.stop_waiting();
                 if let Some(Handed::Event(e)) = woke {
-                    queue.push_back(e);
+                    queue.push_back(*e);
                 }
                 continue;
             }
@@ -389,7 +389,7 @@ fn queue_handed(handed: &mut Option<mpsc::UnboundedReceiver<Handed>>, queue: &mu
     if let Some(rx) = handed.as_mut() {
         while let Ok(h) = rx.try_recv() {
             if let Handed::Event(e) = h {
-                queue.push_back(e);
+                queue.push_back(*e);
             }
         }
     }

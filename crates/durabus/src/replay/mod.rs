@@ -310,7 +310,7 @@ impl ReplaySummary {
 }
 
 /// The new event that re-publishes `original` for replay `operation`: a new id, the same type,
-/// payload and metadata, plus [`REPLAY_OF`] and [`REPLAY_OPERATION`].
+/// payload, metadata and priority, plus [`REPLAY_OF`] and [`REPLAY_OPERATION`]; due now.
 pub fn republish(original: &Event, operation: &str) -> NewEvent {
     let mut metadata = original.metadata.clone();
     metadata.insert(REPLAY_OF.to_owned(), original.id.to_string());
@@ -320,6 +320,7 @@ pub fn republish(original: &Event, operation: &str) -> NewEvent {
         event_type: original.event_type.clone(),
         payload: original.payload.clone(),
         metadata,
+        options: crate::options::PublishOptions::new().priority(original.priority),
     }
 }
 

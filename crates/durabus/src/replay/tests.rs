@@ -17,6 +17,10 @@ fn event(event_type: &str, created: i64, status: EventStatus) -> Event {
         next_attempt_at: None,
         dlq_at: None,
         dlq_count: 0,
+        priority: 0,
+        deliver_at: None,
+        cancelled: Vec::new(),
+        cancel_requested: false,
     }
 }
 

@@ -11,6 +11,7 @@
 //! | [`OperationStore`] | durable operations: create, read, claim, advance a chunk, cancel |
 //! | [`JobStore`] | scheduled jobs: once per tick across processes, never stacked |
 //! | [`PayloadStore`] | payload snapshots per stage (gzip), their configuration, soft delete, retention |
+//! | [`CancelStore`] | cancels of events (all subscriptions or one) and their records |
 //! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
 //!
 //! [`Store`] is all of them together; `Arc<dyn Store>` is what a bus holds.
@@ -32,6 +33,7 @@ use crate::operation::{Advance, NewOperation, Operation, OperationKind, Operatio
 use crate::payload::NewSnapshot;
 use crate::replay::ReplaySelection;
 
+mod cancel_store;
 pub(crate) mod migrations;
 mod payload_store;
 #[cfg(feature = "postgres")]
@@ -41,12 +43,18 @@ pub(crate) mod recovery;
 pub mod sqlite;
 mod types;
 
+pub use cancel_store::CancelStore;
 pub use payload_store::PayloadStore;
 pub use types::{
     ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
     NEW_GROUP_WINDOW, Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount,
     StoreGauges, SubscriptionRow,
 };
+
+/// Scheduled events a claim makes pending at most, earliest due first: a claim takes due
+/// events by priority among those made pending, so a larger chunk orders more of a burst of
+/// events due at one moment by priority, at the cost of a longer claim when it happens.
+pub const PROMOTE_CHUNK: i64 = 1000;
 
 pub(crate) mod sealed {
     /// Implemented by durabus's own stores only.
@@ -430,6 +438,7 @@ pub trait Store:
     + OperationStore
     + JobStore
     + PayloadStore
+    + CancelStore
     + StoreLifecycle
 {
 }
@@ -442,6 +451,7 @@ impl<T> Store for T where
         + OperationStore
         + JobStore
         + PayloadStore
+        + CancelStore
         + StoreLifecycle
 {
 }

@@ -234,6 +234,10 @@ pub struct PoolGauges {
 pub struct StoreGauges {
     /// Events waiting for delivery (`pending`, due or not).
     pub pending: u64,
+    /// Events published for a later time (`scheduled`).
+    pub scheduled: u64,
+    /// The earliest due time of a scheduled event, if any.
+    pub next_scheduled_at: Option<Timestamp>,
     /// Events being delivered (`processing`).
     pub processing: u64,
     /// The earliest due time of a pending event, if any.

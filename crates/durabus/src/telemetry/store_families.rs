@@ -20,6 +20,7 @@ fn one(key: &'static str, value: &str) -> One {
 pub(super) struct Gauges {
     events: Family<One, Gauge>,
     oldest_due_age: F64Gauge,
+    scheduled_overdue: F64Gauge,
     dead_letters: Family<One, Gauge>,
     oldest_dead_letter_age: F64Gauge,
     pool: Family<One, Gauge>,
@@ -36,13 +37,20 @@ impl Gauges {
         let gauges = Gauges::default();
         registry.register(
             "events",
-            "Events waiting (status=pending) and being delivered (status=processing)",
+            "Events published for later (status=scheduled), waiting (status=pending) and being \
+             delivered (status=processing)",
             gauges.events.clone(),
         );
         registry.register(
             "oldest_due_event_age_seconds",
             "How long the earliest due pending event has been due (0: none)",
             gauges.oldest_due_age.clone(),
+        );
+        registry.register(
+            "scheduled_event_overdue_seconds",
+            "How long the earliest scheduled event has been due without being claimed (0: none \
+             due); above a second or so, the workers are behind or stopped",
+            gauges.scheduled_overdue.clone(),
         );
         registry.register(
             "dead_letters",
@@ -109,6 +117,11 @@ impl Gauges {
         g.events
             .get_or_create(&one("status", "processing"))
             .set(int(s.processing));
+        g.events
+            .get_or_create(&one("status", "scheduled"))
+            .set(int(s.scheduled));
+        g.scheduled_overdue
+            .set(StoreGauges::age(s.next_scheduled_at, input.now));
         g.oldest_due_age
             .set(StoreGauges::age(s.oldest_due_at, input.now));
         g.dead_letters

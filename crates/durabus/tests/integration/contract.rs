@@ -130,6 +130,20 @@ macro_rules! all_contract_tests {
             group_metrics::the_largest_failure_groups_are_labelled_and_new_ones_counted,
             group_metrics::ten_thousand_distinct_errors_stay_eleven_series,
             telemetry::a_bad_prefix_is_refused_and_a_good_one_is_used,
+            schedule::a_delayed_event_waits_for_its_time_and_is_delivered_once,
+            schedule::a_time_in_the_past_means_now,
+            schedule::a_scheduled_event_survives_a_restart,
+            schedule::scheduled_events_are_claimed_when_due_in_due_order,
+            schedule::due_events_are_claimed_highest_priority_first_and_fifo_within_one,
+            schedule::a_delayed_prioritised_batch_is_delivered_by_priority_when_due,
+            schedule::bad_publish_options_are_refused_and_nothing_is_stored,
+            schedule::scheduled_depth_is_a_gauge,
+            schedule::a_prioritised_event_is_claimed_again_after_each_way_back_to_pending,
+            cancel::a_scheduled_or_pending_event_cancelled_never_runs,
+            cancel::what_cannot_be_cancelled_is_refused_and_nothing_changes,
+            cancel::a_running_event_finishes_and_no_retry_follows,
+            cancel::a_cancel_during_an_attempt_survives_a_crash,
+            cancel::an_event_cancelled_for_one_subscription_runs_the_others,
         );
     };
 }

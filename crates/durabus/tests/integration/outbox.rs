@@ -238,6 +238,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
     assert_eq!(
         tables,
         vec![
+            "app_bus_cancellations",
             "app_bus_dead_letter_groups",
             "app_bus_dead_letters",
             "app_bus_event_payloads",
@@ -351,5 +352,70 @@ async fn outbox_publishes_are_counted_and_snapshotted_like_every_other_publish()
         ),
         1.0
     );
+    bus.shutdown().await.unwrap();
+}
+
+/// Publish options travel through the outbox: a delayed, prioritised event written in the
+/// application's transaction is stored as scheduled, delivered once its time comes (on the
+/// injected clock), and a bad option fails the call with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_event_can_be_delayed_and_prioritised() {
+    let (_dir, path) = temp();
+    let clock = durabus::ManualClock::default();
+    let bus = EventBus::builder()
+        .sqlite_with(
+            &path,
+            SqliteOptions {
+                watch_interval: Some(Duration::from_millis(5)),
+                ..SqliteOptions::default()
+            },
+        )
+        .clock(Arc::new(clock.clone()))
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let calls = Arc::new(Mutex::new(0usize));
+    let c = calls.clone();
+    bus.subscribe(
+        "order.*",
+        move |_e: Event| {
+            *c.lock().unwrap() += 1;
+            async { Ok(()) }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    let outbox = bus.outbox().unwrap().with_clock(Arc::new(clock.clone()));
+    let mut conn = app_connection(&path);
+    let tx = conn.transaction().unwrap();
+    let event = NewEvent::new("order.remind", &1)
+        .unwrap()
+        .delay(Duration::from_secs(600))
+        .priority(3);
+    let id = outbox.publish_event(&tx, event).unwrap();
+    let bad = NewEvent::new("order.remind", &2).unwrap().priority(500);
+    let err = outbox.publish_event(&tx, bad).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidInput);
+    tx.commit().unwrap();
+    let stored = bus.store().get_event(id).await.unwrap().unwrap();
+    assert_eq!(stored.status, EventStatus::Scheduled);
+    assert_eq!(stored.priority, 3);
+    let due = stored.deliver_at.unwrap();
+    assert_eq!(
+        bus.store().counts().await.unwrap().len(),
+        1,
+        "only the good event"
+    );
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(*calls.lock().unwrap(), 0);
+    clock.set(due);
+    eventually("the delayed outbox event", || async {
+        status(&bus, id).await == Some(EventStatus::Done)
+    })
+    .await;
+    assert_eq!(*calls.lock().unwrap(), 1);
     bus.shutdown().await.unwrap();
 }

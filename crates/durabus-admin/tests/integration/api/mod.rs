@@ -25,6 +25,7 @@ both!(
     bulk_actions_preview_submit_and_run_as_operations,
     bodies_that_cannot_be_read_get_the_right_status,
     events_payloads_and_their_configuration,
+    events_are_scheduled_listed_and_cancelled,
     replays_preview_dry_run_start_follow_and_cancel,
     jobs_subscriptions_stats_metrics_and_health,
     a_closed_store_answers_503_without_its_cause,

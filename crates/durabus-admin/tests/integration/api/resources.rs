@@ -1,6 +1,7 @@
 //! Events, payloads and their configuration, replays, jobs, subscriptions, statistics, metrics and health.
 
 use super::*;
+use durabus::NewEvent;
 
 pub(super) async fn events_payloads_and_their_configuration(api: &Api) {
     let ids = api.dead_payments("pay.card", 3).await;
@@ -343,4 +344,68 @@ pub(super) async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
         api.call(Method::GET, "/readyz", None, None).await.1["status"],
         "ready"
     );
+}
+
+pub(super) async fn events_are_scheduled_listed_and_cancelled(api: &Api) {
+    let later = NewEvent::new("remind.me", &json!({"user": 7}))
+        .unwrap()
+        .delay(std::time::Duration::from_secs(3600))
+        .priority(5);
+    let id = api.bus.enqueue_event(later).await.unwrap();
+    let (s, page) = api.get("/api/v2/events?status=scheduled").await;
+    assert_eq!(s, StatusCode::OK, "{page}");
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["priority"], 5);
+    assert_eq!(items[0]["status"], "scheduled");
+    assert!(items[0]["deliver_at"].is_string(), "{}", items[0]);
+    let uri = format!("/api/v2/events/{id}/cancel");
+    // A read-only token may not cancel; a blank reason and unknown fields are refused.
+    let (s, _) = api
+        .call(
+            Method::POST,
+            &uri,
+            Some(READ),
+            Some(json!({"reason": "no"})),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    assert_error(
+        &api.post(&uri, json!({"reason": "  "})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &api.post(&uri, json!({"reason": "x", "when": "now"})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "validation_failed",
+    );
+    assert_error(
+        &api.post(
+            &format!("/api/v2/events/{}/cancel", durabus::EventId::new()),
+            json!({"reason": "gone"}),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    let (s, c) = api
+        .post(&uri, json!({"reason": "customer unsubscribed"}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{c}");
+    assert_eq!(c["outcome"], "cancelled");
+    assert_eq!(c["actor"], "ops", "the token's name");
+    // Twice: a conflict, with the API's error shape.
+    assert_error(
+        &api.post(&uri, json!({"reason": "again"})).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    let (_, e) = api.get(&format!("/api/v2/events/{id}")).await;
+    assert_eq!(e["status"], "cancelled");
+    let (s, list) = api.get(&format!("/api/v2/events/{id}/cancellations")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(list[0]["reason"], "customer unsubscribed");
+    let (_, page) = api.get("/api/v2/events?status=cancelled").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
 }

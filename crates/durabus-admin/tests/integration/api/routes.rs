@@ -274,7 +274,10 @@ pub(super) async fn every_refused_value_names_its_field_problem_and_accepted_ran
         StatusCode::UNPROCESSABLE_ENTITY,
         "status",
     );
-    assert_eq!(d["accepted"], "pending, processing, done or dlq");
+    assert_eq!(
+        d["accepted"],
+        "scheduled, pending, processing, done, dlq or cancelled"
+    );
     // A path parameter.
     details(
         &api.get("/api/v2/dead-letters/not-a-uuid").await,

@@ -1,5 +1,6 @@
-//! The hot path with a large history: publish, drain (claim and complete a backlog) and end to
-//! end on an empty database and on one holding many completed events.
+//! The hot path on a full table: publish, drain (claim and complete a backlog) and end to end on
+//! an empty database and on one holding many completed events, or many events scheduled for
+//! next month.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,12 +20,22 @@ pub struct Figures {
     pub e2e_eps: f64,
 }
 
+/// What fills the full database of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Events delivered through it: all `done`.
+    History,
+    /// Events scheduled for 30 days later: all `scheduled`.
+    Scheduled,
+}
+
 /// Measures [`Figures`] `runs` times on fresh empty databases and `runs` times on one database
-/// that first had `history` events delivered through it (all `done`), each run pushing `n`
-/// events with `callers` concurrent publishers. Returns (empty, with history).
+/// that first got `rows` events as `fill` says, each run pushing `n` events with `callers`
+/// concurrent publishers. Returns (empty, full).
 pub async fn compare(
     b: &Bench,
-    history: u64,
+    fill: Fill,
+    rows: u64,
     n: u64,
     callers: usize,
     runs: usize,
@@ -35,10 +46,17 @@ pub async fn compare(
         let counter = Arc::new(Counter::default());
         counter.subscribe(&bus).await?;
         bus.start().await?;
-        for events in batches(0, history) {
-            bus.enqueue_batch(events?).await?;
+        let later = Duration::from_secs(30 * 86_400);
+        for events in batches(0, rows) {
+            let events = match fill {
+                Fill::History => events?,
+                Fill::Scheduled => events?.into_iter().map(|e| e.delay(later)).collect(),
+            };
+            bus.enqueue_batch(events).await?;
         }
-        counter.wait_for(history, LIMIT).await?;
+        if fill == Fill::History {
+            counter.wait_for(rows, LIMIT).await?;
+        }
         bus.shutdown().await?;
     }
     let mut empty = Vec::new();

@@ -8,12 +8,14 @@ mod history;
 mod metrics;
 mod otel;
 mod pg_limits;
+mod pg_schedule;
 mod pg_table;
 mod pg_workers;
 mod pipeline;
 mod postgres;
 mod publish;
 mod replay;
+mod schedule;
 mod sqlite_table;
 
 use std::time::Instant;
@@ -60,9 +62,9 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, api, recovery, rss, history, otel; PostgreSQL: limits, publish, e2e, latency, dlq
-    /// (with the admin API figure), bulk); the others are reported as 0. For profiling one path
-    /// at a time.
+    /// replay, metrics, api, recovery, rss, history, otel, schedule; PostgreSQL: limits,
+    /// publish, e2e, latency, schedule, dlq (with the admin API figure), bulk); the others are
+    /// reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -156,6 +158,9 @@ pub struct Report {
     pub otel_layer_eps: f64,
     /// The same with the SDK's simple processor (no batch thread).
     pub otel_simple_eps: f64,
+    /// Scheduled events and priorities (the `schedule` group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<schedule::Figures>,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -386,11 +391,25 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         r.rss_start_mb = start;
         r.rss_end_mb = end;
     }
+    if want("schedule") {
+        r.schedule = Some(
+            schedule::run(
+                &b,
+                scale(1_000_000, 50_000),
+                scale(100_000, 10_000),
+                args.concurrency,
+                runs,
+                (if q { 100 } else { 500 }, scale(100_000, 20_000)),
+            )
+            .await?,
+        );
+    }
     if want("history") {
         r.history_events = scale(args.history_events, 50_000);
         b.say("hot path with a large history of completed events");
         let (empty, full) = history::compare(
             &b,
+            history::Fill::History,
             r.history_events,
             scale(100_000, 10_000),
             args.concurrency,

@@ -59,6 +59,14 @@ pub fn print_table(r: &PgReport) {
             "< 10,000",
         ),
         (
+            "scheduled, start after due p99 (ms)",
+            format!(
+                "{:.1} (p50 {:.1}, {} samples)",
+                r.scheduled_late_p99_ms, r.scheduled_late_p50_ms, r.scheduled_late_samples
+            ),
+            "< 100",
+        ),
+        (
             "DLQ records page (ms)",
             format!("{:.2}", r.dlq_records_page_ms),
             "< 10 (1M)",

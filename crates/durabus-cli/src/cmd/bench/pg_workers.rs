@@ -128,3 +128,46 @@ pub async fn wait_completed(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// What a run through the worker processes showed.
+pub struct EndToEnd {
+    /// Events per second through the workers (0 where not measured).
+    pub eps: f64,
+    /// Handler calls beyond the first for one event.
+    pub doubles: u64,
+    /// Events never handled.
+    pub lost: u64,
+    /// The latencies the workers recorded (µs).
+    pub latencies_us: Vec<f64>,
+}
+
+/// The publishing bus (which creates the schema before the workers start), a one-connection
+/// pool for counting completed events, and `workers` worker processes.
+pub async fn publisher_and_workers(
+    db: &Db,
+    workers: usize,
+) -> anyhow::Result<(durabus::EventBus, sqlx::PgPool, Workers)> {
+    let bus = db.builder().build().await?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.target)
+        .await?;
+    let workers = Workers::start(db, workers, &[])?;
+    Ok((bus, pool, workers))
+}
+
+/// Double and missing deliveries of `total` events, from the workers' reports, with the
+/// latencies they recorded.
+pub fn tally(workers: &Workers, total: u64) -> anyhow::Result<EndToEnd> {
+    let handled = workers.handled()?;
+    let mut calls: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for (id, _) in &handled {
+        *calls.entry(id.as_str()).or_default() += 1;
+    }
+    Ok(EndToEnd {
+        eps: 0.0,
+        doubles: calls.values().map(|c| c - 1).sum(),
+        lost: total.saturating_sub(calls.len() as u64),
+        latencies_us: handled.iter().filter_map(|(_, l)| *l).collect(),
+    })
+}

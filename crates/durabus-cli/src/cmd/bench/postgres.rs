@@ -2,7 +2,6 @@
 //! end through N worker processes (`durabus bench-worker`) sharing one database, with a count
 //! of double completions and lost events, and the publish-to-handler latency across processes.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,7 +10,7 @@ use durabus::{EventBus, NewEvent};
 use serde::Serialize;
 
 use super::harness::{batches, enqueue_batches, enqueue_concurrently, event, median, percentile};
-use super::pg_workers::{Workers, wait_completed};
+use super::pg_workers::{EndToEnd, publisher_and_workers, tally, wait_completed};
 use crate::cmd::Db;
 use crate::cmd::worker::now_us;
 
@@ -38,6 +37,11 @@ pub struct PgReport {
     pub notify_latency_samples: u64,
     pub notify_latency_p50_us: f64,
     pub notify_latency_p99_us: f64,
+    /// Events scheduled 50 ms ahead in this process, one every 5 ms: the handler's start in a
+    /// worker process after the due time (ms).
+    pub scheduled_late_samples: u64,
+    pub scheduled_late_p50_ms: f64,
+    pub scheduled_late_p99_ms: f64,
     /// Dead-letter records loaded for the listing figures (1M; `--quick`: 10k).
     pub dlq_records: u64,
     /// First page of records filtered by type and status.
@@ -198,6 +202,26 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         r.notify_latency_samples = latencies.len() as u64;
         r.notify_latency_p50_us = percentile(&latencies, 0.50);
         r.notify_latency_p99_us = percentile(&latencies, 0.99);
+    }
+
+    if plan.wants("schedule") {
+        say(
+            &plan,
+            "a scheduled event's start in a worker process after its due time",
+        );
+        let target = fresh(db);
+        let samples = if plan.quick { 100 } else { 400 };
+        let outcome = super::pg_schedule::lateness(&target, plan.workers, samples).await;
+        let cleanup = drop_schema(&target).await;
+        let e = outcome?;
+        cleanup?;
+        r.double_completions += e.doubles;
+        r.lost_events += e.lost;
+        let mut late: Vec<f64> = e.latencies_us.iter().map(|us| us / 1000.0).collect();
+        late.sort_by(f64::total_cmp);
+        r.scheduled_late_samples = late.len() as u64;
+        r.scheduled_late_p50_ms = percentile(&late, 0.50);
+        r.scheduled_late_p99_ms = percentile(&late, 0.99);
     }
 
     if plan.wants("dlq") {
@@ -407,13 +431,6 @@ where
     Ok(median(out))
 }
 
-struct EndToEnd {
-    eps: f64,
-    doubles: u64,
-    lost: u64,
-    latencies_us: Vec<f64>,
-}
-
 /// Samples taken by the latency run (the quick run takes fewer).
 const LATENCY_SAMPLES: u64 = 2_000;
 
@@ -422,7 +439,7 @@ const LATENCY_SAMPLES: u64 = 2_000;
 /// between them), the handler recording when it starts. Warm-up events (without a send time)
 /// go first and are not counted.
 async fn latency(db: &Db, plan: &Plan) -> anyhow::Result<EndToEnd> {
-    let (bus, pool, mut workers) = publisher_and_workers(db, plan).await?;
+    let (bus, pool, mut workers) = publisher_and_workers(db, plan.workers).await?;
     let warm = 100;
     for events in batches(0, warm) {
         bus.enqueue_batch(events?).await?;
@@ -442,39 +459,8 @@ async fn latency(db: &Db, plan: &Plan) -> anyhow::Result<EndToEnd> {
     tally(&workers, total)
 }
 
-/// Double and missing deliveries of `total` events, from the workers' reports, with the
-/// latencies they recorded.
-fn tally(workers: &Workers, total: u64) -> anyhow::Result<EndToEnd> {
-    let handled = workers.handled()?;
-    let mut calls: HashMap<&str, u64> = HashMap::new();
-    for (id, _) in &handled {
-        *calls.entry(id.as_str()).or_default() += 1;
-    }
-    Ok(EndToEnd {
-        eps: 0.0,
-        doubles: calls.values().map(|c| c - 1).sum(),
-        lost: total.saturating_sub(calls.len() as u64),
-        latencies_us: handled.iter().filter_map(|(_, l)| *l).collect(),
-    })
-}
-
-/// The publishing bus (which creates the schema before the workers start), a one-connection
-/// pool for counting completed events, and `plan.workers` worker processes.
-async fn publisher_and_workers(
-    db: &Db,
-    plan: &Plan,
-) -> anyhow::Result<(EventBus, sqlx::PgPool, Workers)> {
-    let bus = db.builder().build().await?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.target)
-        .await?;
-    let workers = Workers::start(db, plan.workers, &[])?;
-    Ok((bus, pool, workers))
-}
-
 async fn end_to_end(db: &Db, plan: &Plan) -> anyhow::Result<EndToEnd> {
-    let (bus, pool, mut workers) = publisher_and_workers(db, plan).await?;
+    let (bus, pool, mut workers) = publisher_and_workers(db, plan.workers).await?;
     let n = if plan.quick {
         plan.events.min(10_000)
     } else {

@@ -188,4 +188,50 @@ pub(super) fn print(r: &Report) {
     for (name, without, with) in history {
         outln!("{name:<30}  {without:>12.0}  {:>20}", ratio(with, without));
     }
+    if let Some(s) = &r.schedule {
+        schedule(s, &ratio);
+    }
+}
+
+/// The `schedule` group's figures beside their targets.
+fn schedule(s: &super::schedule::Figures, ratio: &dyn Fn(f64, f64) -> String) {
+    outln!();
+    outln!(
+        "with {} events scheduled for next month (target: ≥ 0.9 × empty)",
+        s.scheduled_events
+    );
+    outln!(
+        "{:<30}  {:>12}  {:>20}",
+        "figure",
+        "empty",
+        "with scheduled"
+    );
+    for (name, without, with) in [
+        (
+            "publish, 64 callers (ev/s)",
+            s.empty_publish_eps,
+            s.scheduled_publish_eps,
+        ),
+        (
+            "drain a backlog (ev/s)",
+            s.empty_drain_eps,
+            s.scheduled_drain_eps,
+        ),
+        ("end to end (ev/s)", s.empty_e2e_eps, s.scheduled_e2e_eps),
+    ] {
+        outln!("{name:<30}  {without:>12.0}  {:>20}", ratio(with, without));
+    }
+    outln!(
+        "delayed event, start after due (ms, {} samples): p50 {:.2}, p99 {:.2}  target p99 < 10",
+        s.late_samples,
+        s.late_p50_ms,
+        s.late_p99_ms
+    );
+    outln!(
+        "priority 10 over {} priority 0 (ms, {} samples): p50 {:.2}, p99 {:.2}  target p99 < 50",
+        s.overtake_backlog,
+        s.overtake_samples,
+        s.overtake_p50_ms,
+        s.overtake_p99_ms
+    );
 }

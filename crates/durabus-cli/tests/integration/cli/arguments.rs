@@ -43,7 +43,7 @@ fn bad_arguments_are_refused() {
     let o = durabus(&db, &["events", "list", "--status", "finished"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("status: \"finished\" is not an event status; accepted: pending, processing, done or dlq"),
+        stderr(&o).contains("status: \"finished\" is not an event status; accepted: scheduled, pending, processing, done, dlq or cancelled"),
         "{}",
         stderr(&o)
     );

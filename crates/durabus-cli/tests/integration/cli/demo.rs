@@ -60,9 +60,9 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
         &db,
         &["events", "list", "--status", "done", "--json"],
     ));
-    // Seven application events, the `system.dead_letter` event announcing the dead letter and
-    // the `system.failure_group.new` event announcing its group.
-    assert_eq!(done.as_array().unwrap().len(), 9);
+    // Eight application events (the reminder among them), the `system.dead_letter` event
+    // announcing the dead letter and the `system.failure_group.new` event announcing its group.
+    assert_eq!(done.as_array().unwrap().len(), 10);
     let announced = json(&durabus(
         &db,
         &["events", "list", "--type", "system.dead_letter", "--json"],
@@ -170,8 +170,10 @@ fn demo_json_prints_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("demo.db");
     let s = json(&durabus(&db, &["demo", "--json", "--orders", "3"]));
-    assert_eq!(s["published"], 5);
-    assert_eq!(s["delivered"], 4);
+    // A user, three orders, a refused card and a reminder scheduled for later.
+    assert_eq!(s["published"], 6);
+    assert_eq!(s["scheduled"], 1);
+    assert_eq!(s["delivered"], 5, "the reminder too, once due");
     assert_eq!(s["delivered_after_retry"], 1);
     assert_eq!(s["dead_lettered"], 1);
     assert_eq!(s["dead_letter_ids"].as_array().unwrap().len(), 1);

@@ -104,7 +104,7 @@ impl EventStore for PgStore {
                     "reclaimed events whose worker stopped renewing its lease"
                 );
             }
-            events.sort_by_key(|e| (e.next_attempt_at, e.id));
+            events.sort_by_key(|e| (std::cmp::Reverse(e.priority), e.next_attempt_at, e.id));
             Ok(events)
         })
         .await

@@ -28,6 +28,8 @@ pub fn statements(s: &str) -> Vec<String> {
         ),
         format!("SELECT coalesce(sum(count), 0)::bigint FROM {s}.dead_letter_groups"),
         format!("SELECT count(*) FROM {s}.dead_letter_groups WHERE first_seen >= $2"),
+        format!("SELECT count(*) FROM {s}.events WHERE status = 'scheduled'"),
+        format!("SELECT min(next_attempt_at) FROM {s}.events WHERE status = 'scheduled'"),
     ]
 }
 
@@ -61,6 +63,8 @@ impl PgStore {
         let idle = self.pool.num_idle() as u64;
         Ok(StoreGauges {
             pending: count(0)?,
+            scheduled: count(9)?,
+            next_scheduled_at: time(10)?,
             processing: count(1)?,
             oldest_due_at: time(2)?,
             dead_letters_pending: open.saturating_sub(retrying),

@@ -98,6 +98,20 @@ pub(super) async fn insert_rows(
             }
         })
         .collect::<Result<Vec<_>>>()?;
+    let due: Vec<Option<i64>> = rows
+        .events
+        .iter()
+        .zip(&rows.created)
+        .map(|(e, created)| {
+            e.due_at(crate::clock::Timestamp(*created))
+                .map(crate::clock::Timestamp::as_millis)
+        })
+        .collect();
+    let priorities: Vec<i16> = rows
+        .events
+        .iter()
+        .map(|e| e.options.priority_value())
+        .collect();
     let snaps = SnapshotColumns::of(&rows.snapshots);
     let stored = snaps
         .bind(
@@ -114,6 +128,8 @@ pub(super) async fn insert_rows(
                 .bind(notify.map(|n| n.channel)),
         )
         .bind(notify.map_or("", |n| n.from))
+        .bind(&due)
+        .bind(&priorities)
         .fetch_all(conn)
         .await?;
     stored

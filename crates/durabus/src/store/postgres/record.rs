@@ -78,7 +78,11 @@ impl PgStore {
             if matches!(o, Outcome::Retry { .. }) {
                 crate::fail_point!("retry.schedule");
             }
-            if let (Some(_), Outcome::Dead { death, .. }) = (died, o) {
+            let cancelled = match &died {
+                Some(row) => row.try_get::<bool, _>("cancel_requested")?,
+                None => false,
+            };
+            if let (Some(_), false, Outcome::Dead { death, .. }) = (died, cancelled, o) {
                 crate::fail_point!("dlq.move");
                 super::dead_letters::write_death(
                     tx,

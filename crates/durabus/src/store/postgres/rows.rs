@@ -36,5 +36,9 @@ pub fn event(row: &PgRow) -> Result<Event> {
             .map(Timestamp),
         dlq_at: row.try_get::<Option<i64>, _>("dlq_at")?.map(Timestamp),
         dlq_count: u32::try_from(row.try_get::<i32, _>("dlq_count")?).unwrap_or(0),
+        priority: row.try_get::<i16, _>("priority")?,
+        deliver_at: row.try_get::<Option<i64>, _>("deliver_at")?.map(Timestamp),
+        cancelled: json_col(row, "cancelled")?,
+        cancel_requested: row.try_get("cancel_requested")?,
     })
 }

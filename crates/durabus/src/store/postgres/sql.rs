@@ -2,12 +2,13 @@
 
 /// The columns every event query selects, in the order [`super::rows::event`] reads them.
 pub const EVENT_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
-     metadata, delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count";
+     metadata, delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count, priority, deliver_at, \
+     cancelled, cancel_requested";
 
 /// The event log's rows with the live table's columns.
 pub const LOG_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
      metadata, delivered, created_at, updated_at, NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at, \
-     dlq_count";
+     dlq_count, priority, deliver_at, cancelled, false AS cancel_requested";
 
 /// Statements for one schema (`s` is the quoted schema name).
 #[derive(Debug, Clone)]
@@ -44,23 +45,27 @@ impl PgSql {
             // the log) and returns the ids stored. Parameters: ids, types, payloads, metadata and
             // creation times (arrays, one per event); whether they start claimed; the lease's
             // owner, token and length; the channel to notify (sent on commit) if any were stored;
-            // nine arrays of payload snapshots; the notification's payload (who sent it).
+            // nine arrays of payload snapshots; the notification's payload (who sent it); due times
+            // (NULL: due now; else the event is scheduled) and priorities (arrays, one per event).
             insert: format!(
-                "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
-                            WITH ORDINALITY AS u(id, type, payload, metadata, created, ord)),
+                "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[],
+                                                 $21::bigint[], $22::smallint[])
+                            WITH ORDINALITY AS u(id, type, payload, metadata, created, due, priority, ord)),
                  fresh AS (INSERT INTO {s}.event_ids (id) SELECT id FROM u
                            ON CONFLICT (id) DO NOTHING RETURNING id),
                  ins AS (
                      INSERT INTO {s}.events (id, type, payload, status, metadata, created_at, updated_at,
-                         next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at)
+                         next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at,
+                         priority, deliver_at)
                      SELECT d.id, d.type, d.payload::json,
-                         CASE WHEN $6 THEN 'processing' ELSE 'pending' END,
+                         CASE WHEN d.due IS NOT NULL THEN 'scheduled' WHEN $6 THEN 'processing' ELSE 'pending' END,
                          d.metadata, d.created, d.created,
-                         CASE WHEN $6 THEN NULL ELSE d.created END,
-                         CASE WHEN $6 THEN 1 ELSE 0 END,
-                         $7, $8,
-                         CASE WHEN $6 THEN d.created + $9 END,
-                         CASE WHEN $6 THEN d.created END
+                         CASE WHEN d.due IS NOT NULL THEN d.due WHEN $6 THEN NULL ELSE d.created END,
+                         CASE WHEN $6 AND d.due IS NULL THEN 1 ELSE 0 END,
+                         CASE WHEN d.due IS NULL THEN $7 END, CASE WHEN d.due IS NULL THEN $8 END,
+                         CASE WHEN $6 AND d.due IS NULL THEN d.created + $9 END,
+                         CASE WHEN $6 AND d.due IS NULL THEN d.created END,
+                         d.priority, d.due
                      FROM (SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord) AS d JOIN fresh USING (id)
                      RETURNING id),
                  n AS (SELECT count(pg_notify($10::text, $20::text)) AS c
@@ -76,7 +81,8 @@ impl PgSql {
                      ON CONFLICT (event_id, stage, created_at) DO NOTHING)
                  SELECT ins.id FROM ins, n"
             ),
-            // Due pending events and events whose lease expired (their worker is gone: the
+            // Due pending events (positive priorities first, then 0, then negative; each earliest
+            // due first) and events whose lease expired (their worker is gone: the
             // interrupted attempt counts as `store::recovery` says: `$7` added to the retry
             // count, the note `$8` appended with the lost worker's name in place of `$9`),
             // locked with SKIP LOCKED so concurrent workers never take the same row. Never an
@@ -90,20 +96,50 @@ impl PgSql {
             // events are due again after recovery and delivered again (at least once, as after
             // any crash), the lost lease's outcome is refused by its token, and every later
             // synchronous commit (an outcome's, a publish's) flushes the claim first.
+            //
+            // An expired lease on an event cancelled during its attempt ends it `cancelled`
+            // (`dropped`): it is not taken over.
+            //
+            // Scheduled events whose time has come become pending (`promoted`, keeping their due
+            // time); a statement does not see its own changes, so the next claim takes them (the
+            // worker claims again at once: they are due).
             claim: format!(
                 "WITH expired AS (
                      SELECT id FROM {s}.events
                      WHERE status = 'processing' AND lease_expires_at <= $1
-                         AND lease_token <> ALL($6::uuid[])
+                         AND lease_token <> ALL($6::uuid[]) AND NOT cancel_requested
                      ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 dropped AS (
+                     UPDATE {s}.events SET status = 'cancelled', next_attempt_at = NULL, updated_at = $1,
+                         lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+                     WHERE id IN (
+                         SELECT id FROM {s}.events
+                         WHERE status = 'processing' AND lease_expires_at <= $1
+                             AND lease_token <> ALL($6::uuid[]) AND cancel_requested
+                         LIMIT $2 FOR UPDATE SKIP LOCKED)),
+                 high AS (
+                     SELECT id FROM {s}.events
+                     WHERE status = 'pending' AND priority <> 0 AND priority > 0 AND next_attempt_at <= $1
+                     ORDER BY priority DESC, next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
                  due AS (
                      SELECT id FROM {s}.events
-                     WHERE status = 'pending' AND next_attempt_at <= $1
+                     WHERE status = 'pending' AND next_attempt_at <= $1 AND priority = 0
                      ORDER BY next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 low AS (
+                     SELECT id FROM {s}.events
+                     WHERE status = 'pending' AND priority <> 0 AND priority < 0 AND next_attempt_at <= $1
+                     ORDER BY priority DESC, next_attempt_at LIMIT $2 FOR UPDATE SKIP LOCKED),
+                 promoted AS (
+                     UPDATE {s}.events SET status = 'pending' WHERE id IN (
+                         SELECT id FROM {s}.events WHERE status = 'scheduled' AND next_attempt_at <= $1
+                         ORDER BY next_attempt_at LIMIT {promote} FOR UPDATE SKIP LOCKED)
+                     RETURNING id),
                  lazy AS (SELECT set_config('synchronous_commit', 'off', true)),
                  picked AS (
                      SELECT id, true AS reclaimed FROM expired
-                     UNION ALL SELECT id, false FROM due LIMIT $2)
+                     UNION ALL SELECT id, false FROM high
+                     UNION ALL SELECT id, false FROM due
+                     UNION ALL SELECT id, false FROM low LIMIT $2)
                  UPDATE {s}.events e SET
                      status = 'processing',
                      attempts = e.attempts + 1,
@@ -117,40 +153,49 @@ impl PgSql {
                  FROM picked p, lazy WHERE e.id = p.id
                  RETURNING e.id, e.type, e.payload::text AS payload, e.status, e.retry_count, e.last_error,
                      e.metadata, e.delivered, e.created_at, e.updated_at, e.next_attempt_at, e.dlq_at, e.dlq_count,
-                     p.reclaimed"
+                     e.priority, e.deliver_at, e.cancelled, e.cancel_requested, p.reclaimed",
+                promote = crate::store::PROMOTE_CHUNK
             ),
             // Done: moved to the event log, if the caller still holds the lease (fencing).
             done: done(s, ""),
             // The same for events that never were dead letters (committed on its own).
             done_fresh: done(s, "AND e.dlq_count = 0"),
             // A failed attempt: back to pending with the next attempt's time (`$7`), or, with no
-            // next attempt (`$7` NULL), a dead letter.
+            // next attempt (`$7` NULL), a dead letter; `cancelled` instead of either if a cancel
+            // came during the attempt (returned, so no dead-letter record is written).
             fail: format!(
                 "UPDATE {s}.events SET
-                     status = CASE WHEN $7::bigint IS NULL THEN 'dlq' ELSE 'pending' END,
+                     status = CASE WHEN cancel_requested THEN 'cancelled'
+                                   WHEN $7::bigint IS NULL THEN 'dlq' ELSE 'pending' END,
                      retry_count = $3, last_error = $4, delivered = $5, updated_at = $6,
-                     next_attempt_at = $7,
-                     dlq_at = CASE WHEN $7::bigint IS NULL THEN $6 END,
-                     dlq_count = CASE WHEN $7::bigint IS NULL THEN dlq_count + 1 ELSE dlq_count END,
+                     next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE $7 END,
+                     dlq_at = CASE WHEN $7::bigint IS NULL AND NOT cancel_requested THEN $6 END,
+                     dlq_count = CASE WHEN $7::bigint IS NULL AND NOT cancel_requested
+                                      THEN dlq_count + 1 ELSE dlq_count END,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE id = $1 AND status = 'processing' AND lease_token = $2
-                 RETURNING dlq_count"
+                 RETURNING dlq_count, cancel_requested"
             ),
             release: format!(
-                "UPDATE {s}.events SET status = 'pending', updated_at = $3, next_attempt_at = $3,
+                "UPDATE {s}.events SET
+                     status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+                     updated_at = $3, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE $3 END,
                      attempts = greatest(attempts - 1, 0),
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE id = ANY($1) AND status = 'processing' AND lease_owner = $2"
             ),
             // This worker is starting: what nobody holds and what a dead worker held (lease
-            // expired) goes back to pending, the attempt counted (`$3` added to the retry
+            // expired) goes back to pending (or `cancelled`, if a cancel came meanwhile), the
+            // attempt counted (`$3` added to the retry
             // count, the note `$4` appended). Live leases are left alone, this process's own
             // included (its inline publishes may be running).
             recover: format!(
-                "UPDATE {s}.events SET status = 'pending', retry_count = retry_count + $3,
+                "UPDATE {s}.events SET
+                     status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+                     retry_count = retry_count + $3,
                      last_error = (coalesce(last_error::jsonb, '[]'::jsonb)
                          || jsonb_build_array($4::text))::text,
-                     updated_at = $1, next_attempt_at = $1,
+                     updated_at = $1, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE $1 END,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE status = 'processing'
                      AND (lease_owner IS NULL OR lease_expires_at <= $1)
@@ -195,6 +240,9 @@ impl PgSql {
             next_due: format!(
                 "SELECT min(t) FROM (
                      (SELECT next_attempt_at AS t FROM {s}.events WHERE status = 'pending'
+                      ORDER BY next_attempt_at LIMIT 1)
+                     UNION ALL
+                     (SELECT next_attempt_at AS t FROM {s}.events WHERE status = 'scheduled'
                       ORDER BY next_attempt_at LIMIT 1)
                      UNION ALL
                      (SELECT lease_expires_at FROM {s}.events WHERE status = 'processing'
@@ -280,9 +328,9 @@ fn done(s: &str, also: &str) -> String {
              WHERE e.id = o.id AND e.status = 'processing' AND e.lease_token = o.token {also}
              RETURNING e.*, o.delivered AS now_delivered)
          INSERT INTO {s}.event_log (id, type, payload, status, retry_count, attempts, last_error,
-             metadata, delivered, created_at, updated_at, dlq_count)
+             metadata, delivered, created_at, updated_at, dlq_count, priority, deliver_at, cancelled)
          SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata,
-             now_delivered, created_at, $4, dlq_count FROM moved
+             now_delivered, created_at, $4, dlq_count, priority, deliver_at, cancelled FROM moved
          ON CONFLICT (id) DO NOTHING
          RETURNING id, dlq_count"
     )

@@ -45,19 +45,35 @@ impl WriteOp for Claim {
     type Reply = Vec<Event>;
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<Event>> {
-        // A plain indexed SELECT, then an UPDATE per row by key, in the same write transaction
-        // (so atomic).
+        // Scheduled events that are due become pending first; then plain indexed SELECTs, by
+        // priority (positive, 0, negative), each earliest due first; then an UPDATE per row by
+        // key, all in the same write transaction (so atomic).
         let now_ms = now.as_millis();
-        let mut select = conn.prepare_cached(&sql.claim_select)?;
-        let mut events = select
-            .query_map(
-                params![now_ms, i64::try_from(self.0).unwrap_or(i64::MAX)],
+        conn.prepare_cached(&sql.promote)?
+            .execute(params![now_ms, crate::store::PROMOTE_CHUNK])?;
+        let mut events = Vec::new();
+        for select in [&sql.claim_high, &sql.claim_select, &sql.claim_low] {
+            let room = self.0.saturating_sub(events.len());
+            if room == 0 {
+                break;
+            }
+            let mut stmt = conn.prepare_cached(select)?;
+            let rows = stmt.query_map(
+                params![now_ms, i64::try_from(room).unwrap_or(i64::MAX)],
                 event_from_row,
-            )?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
+            )?;
+            for row in rows {
+                events.push(row?);
+            }
+        }
         let mut update = conn.prepare_cached(&sql.claim_update)?;
         for e in &mut events {
-            update.execute(params![e.id.to_string(), now_ms])?;
+            if e.priority == 0 {
+                update.execute(params![e.id.to_string(), now_ms])?;
+            } else {
+                conn.prepare_cached(&sql.claim_update_lane)?
+                    .execute(params![e.id.to_string(), now_ms])?;
+            }
             e.status = EventStatus::Processing;
             e.updated_at = now;
         }
@@ -111,7 +127,7 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
             delivered,
             death,
         } => {
-            let died: Option<u32> = conn
+            let died: Option<(u32, bool)> = conn
                 .prepare_cached(&sql.record_dead)?
                 .query_row(
                     params![
@@ -121,10 +137,11 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                         json_list(delivered)?,
                         now_ms
                     ],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )
                 .optional()?;
-            if died.is_some() {
+            // Cancelled during the attempt: no dead letter.
+            if matches!(died, Some((_, false))) {
                 crate::fail_point!("dlq.move");
                 super::row_writes::write_death(conn, sql, *id, death, now)?;
             }

@@ -23,6 +23,9 @@ pub fn statements(p: &str) -> Vec<String> {
         // The failure groups again (`?1`: the start of the window of new groups).
         format!("SELECT coalesce(sum(count), 0) FROM {p}dead_letter_groups"),
         format!("SELECT count(*) FROM {p}dead_letter_groups WHERE first_seen >= ?1"),
+        // Scheduled events are waiting lane 1 (their partial index).
+        format!("SELECT count(*) FROM {p}events WHERE wait_lane = 1"),
+        format!("SELECT min(wait_at) FROM {p}events WHERE wait_lane = 1"),
     ]
 }
 
@@ -50,6 +53,8 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
     let retrying = count(4)?;
     Ok(StoreGauges {
         pending: count(0)?,
+        scheduled: count(8)?,
+        next_scheduled_at: time(9)?,
         processing: count(1)?,
         oldest_due_at: time(2)?,
         dead_letters_pending: open.saturating_sub(retrying),

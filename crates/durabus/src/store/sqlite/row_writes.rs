@@ -42,7 +42,6 @@ pub(super) fn insert_marking(
     shared: impl Fn(EventId) -> bool,
 ) -> Result<Vec<bool>> {
     let now_ms = now.as_millis();
-    let due = (status == EventStatus::Pending).then_some(now_ms);
     let mut stmt = conn.prepare_cached(&sql.insert)?;
     let mut inserted = Vec::with_capacity(events.len());
     for e in events {
@@ -54,6 +53,19 @@ pub(super) fn insert_marking(
                     .map_err(|err| Error::unserialisable("metadata", &err))?,
             )
         };
+        // A scheduled event waits for its time whatever `status` the caller asked for.
+        let scheduled = e.due_at(now);
+        let (status, due) = match scheduled {
+            Some(at) => (EventStatus::Scheduled, Some(at.as_millis())),
+            None => (status, (status == EventStatus::Pending).then_some(now_ms)),
+        };
+        let priority = e.options.priority_value();
+        // The waiting lane of the schema: 1 scheduled, 2 pending with a priority.
+        let lane = match status {
+            EventStatus::Scheduled => Some(1),
+            EventStatus::Pending if priority != 0 => Some(2),
+            _ => None,
+        };
         let n = stmt.execute(params![
             e.id.to_string(),
             e.event_type,
@@ -62,7 +74,10 @@ pub(super) fn insert_marking(
             metadata,
             now_ms,
             due,
-            shared(e.id).then_some(1)
+            shared(e.id).then_some(1),
+            priority,
+            scheduled.map(Timestamp::as_millis),
+            lane
         ])?;
         inserted.push(n == 1);
     }

@@ -7,7 +7,7 @@ use crate::event::{Event, EventId, EventStatus};
 
 /// The columns every event query selects, in the order [`event_from_row`] reads them.
 pub const EVENT_COLUMNS: &str = "id, type, payload, status, retry_count, last_error, metadata, \
-     delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count";
+     delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count, priority, deliver_at, cancelled, cancel_requested";
 
 pub(super) fn corrupt(col: usize, what: String) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(col, rusqlite::types::Type::Text, what.into())
@@ -22,6 +22,9 @@ fn json_col<T: serde::de::DeserializeOwned + Default>(
         Some(text) => serde_json::from_str(&text).map_err(|e| corrupt(col, e.to_string())),
     }
 }
+
+/// How many columns [`EVENT_COLUMNS`] names: a statement's own columns after them start here.
+pub const EVENT_COLUMN_COUNT: usize = 17;
 
 /// Decodes one row selected with [`EVENT_COLUMNS`].
 pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
@@ -45,6 +48,10 @@ pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
         next_attempt_at: row.get::<_, Option<i64>>(10)?.map(Timestamp),
         dlq_at: row.get::<_, Option<i64>>(11)?.map(Timestamp),
         dlq_count: row.get(12)?,
+        priority: row.get(13)?,
+        deliver_at: row.get::<_, Option<i64>>(14)?.map(Timestamp),
+        cancelled: json_col(row, 15)?,
+        cancel_requested: row.get(16)?,
     })
 }
 
@@ -63,4 +70,15 @@ pub fn status_col(row: &Row<'_>, col: usize) -> rusqlite::Result<EventStatus> {
     let text: String = row.get(col)?;
     text.parse()
         .map_err(|e: crate::error::Error| corrupt(col, e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_column_count_matches_the_column_list() {
+        assert_eq!(
+            super::EVENT_COLUMNS.split(',').count(),
+            super::EVENT_COLUMN_COUNT
+        );
+    }
 }

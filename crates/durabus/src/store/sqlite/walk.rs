@@ -4,7 +4,7 @@
 use rusqlite::Connection;
 use rusqlite::types::Value;
 
-use super::rows::{EVENT_COLUMNS, event_from_row};
+use super::rows::{EVENT_COLUMN_COUNT, EVENT_COLUMNS, event_from_row};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::replay::ReplaySelection;
@@ -116,7 +116,7 @@ pub(super) fn page(
 ) -> rusqlite::Result<Vec<(Position, Event)>> {
     conn.prepare_cached(text)?
         .query_map(rusqlite::params_from_iter(args), |r| {
-            let at: i64 = r.get(13)?;
+            let at: i64 = r.get(EVENT_COLUMN_COUNT)?;
             Ok((
                 Position {
                     at,

@@ -265,3 +265,101 @@ async fn pg_outbox_publishes_are_counted_and_snapshotted_like_every_other_publis
     bus.shutdown().await.unwrap();
     drop_schema(&schema).await;
 }
+
+/// Publish options travel through the PostgreSQL outbox: scheduled with its priority in the
+/// caller's transaction; a bad option fails the call and the transaction goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_outbox_event_can_be_delayed_and_prioritised() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let bus = listening_bus(&schema, &seen).await;
+    let outbox = bus.pg_outbox().unwrap();
+    let pool = admin().await;
+    let now = durabus::Timestamp::now();
+    let mut tx = pool.begin().await.unwrap();
+    let event = NewEvent::new("x.order", &1)
+        .unwrap()
+        .delay(Duration::from_secs(3600))
+        .priority(-4);
+    let id = event.id;
+    outbox
+        .publish_batch(&mut tx, vec![event], now)
+        .await
+        .unwrap();
+    let bad = NewEvent::new("x.order", &2).unwrap().priority(101);
+    let err = outbox
+        .publish_batch(&mut tx, vec![bad], now)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), durabus::ErrorKind::InvalidInput);
+    tx.commit().await.unwrap();
+    let stored = bus.store().get_event(id).await.unwrap().unwrap();
+    assert_eq!(stored.status, durabus::EventStatus::Scheduled);
+    assert_eq!(stored.priority, -4);
+    assert_eq!(stored.deliver_at, Some(now.plus(Duration::from_secs(3600))));
+    assert_eq!(stored.next_attempt_at, stored.deliver_at);
+    // Not claimed before its time, claimed after it.
+    assert!(bus.store().claim_due(now, 10).await.unwrap().is_empty());
+    let later = now.plus(Duration::from_secs(3601));
+    let mut got = bus.store().claim_due(later, 10).await.unwrap();
+    if got.is_empty() {
+        got = bus.store().claim_due(later, 10).await.unwrap();
+    }
+    assert_eq!(got.iter().map(|e| e.id).collect::<Vec<_>>(), vec![id]);
+    bus.shutdown().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}
+
+/// A scheduled event published by another process reaches an idle worker whose fallback poll
+/// is an hour: the publish's notification wakes it, it finds the event not yet due, and it
+/// sleeps until the due time (a timer, not a poll). Never delivered before that time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_event_from_another_process_is_delivered_at_its_time_without_polling() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let worker = listening_bus(&schema, &seen).await;
+    let publisher = EventBus::builder()
+        .postgres_with(pg_url(), options(&schema))
+        .deliver(false)
+        .build()
+        .await
+        .unwrap();
+    let event = NewEvent::new("x.later", &1)
+        .unwrap()
+        .delay(Duration::from_millis(20));
+    let id = event.id;
+    publisher.enqueue_event(event).await.unwrap();
+    let due = publisher
+        .store()
+        .get_event(id)
+        .await
+        .unwrap()
+        .and_then(|e| e.deliver_at)
+        .unwrap();
+    eventually("the scheduled event", async || {
+        seen.all().contains(&id.to_string())
+    })
+    .await;
+    eventually("its outcome", async || {
+        worker
+            .store()
+            .get_event(id)
+            .await
+            .unwrap()
+            .map(|e| e.status)
+            == Some(durabus::EventStatus::Done)
+    })
+    .await;
+    let done = worker.store().get_event(id).await.unwrap().unwrap();
+    assert!(done.updated_at >= due, "delivered before its time");
+    publisher.shutdown().await.unwrap();
+    worker.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 pub mod breaker;
+pub mod cancel;
 pub mod claims;
 pub mod dead_letters;
 pub mod dlq;
@@ -13,6 +14,7 @@ pub mod payloads;
 pub mod publish;
 pub mod replay;
 pub mod retry;
+pub mod schedule;
 pub mod stats;
 pub mod store;
 pub mod telemetry;

@@ -1,14 +1,41 @@
 //! The statements of the hot path, subscriptions and queries (templates: `{p}` is the table
 //! prefix, `{cols}` the event columns).
 
-/// The due-events filter. `INDEXED BY` pins the partial index on due events: on a table where
-/// most rows are pending the planner would otherwise scan past claimed rows. `LIMIT ?2 + 0`
-/// rather than `LIMIT ?2`: SQLite recompiles a statement on every run when the planner has
-/// looked at a bound LIMIT, which cost more than the claim itself.
+/// The due-events filter of priority 0 (the usual case). `INDEXED BY` pins the partial index
+/// on due events: on a table where most rows are pending the planner would otherwise scan past
+/// claimed rows. `LIMIT ?2 + 0` rather than `LIMIT ?2`: SQLite recompiles a statement on every
+/// run when the planner has looked at a bound LIMIT, which cost more than the claim itself.
 macro_rules! due_filter {
     () => {
         "FROM {p}events INDEXED BY {p}events_due
-         WHERE status = 'pending' AND next_attempt_at <= ?1 ORDER BY next_attempt_at LIMIT ?2 + 0"
+         WHERE status = 'pending' AND next_attempt_at <= ?1 AND priority = 0
+         ORDER BY next_attempt_at LIMIT ?2 + 0"
+    };
+}
+
+/// Due events with a priority of the sign `$sign` (`>` or `<`), highest first, from the
+/// partial index of pending events with a priority (waiting lane 2).
+macro_rules! prioritised {
+    ($sign:literal) => {
+        concat!(
+            "SELECT {cols} FROM {p}events INDEXED BY {p}events_priority
+             WHERE wait_lane = 2 AND priority ",
+            $sign,
+            " 0 AND wait_at <= ?1
+             ORDER BY priority DESC, wait_at LIMIT ?2 + 0"
+        )
+    };
+}
+
+/// The waiting lane (see the schema) of an event that goes back to `pending`, due at `$due`: 2
+/// if it has a priority, none otherwise; none if a cancel came during its attempt (it ends
+/// `cancelled`).
+macro_rules! lane_of_pending {
+    ($due:literal) => {
+        concat!(
+            "wait_lane = CASE WHEN cancel_requested THEN NULL WHEN priority <> 0 THEN 2 END, wait_at = ",
+            $due
+        )
     };
 }
 
@@ -22,20 +49,43 @@ pub(super) const STATS_GET: &str = "SELECT value FROM {p}meta WHERE key = 'stats
 pub(super) const STATS_PUT: &str = "INSERT INTO {p}meta (key, value) VALUES ('stats_snapshot', ?1)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value";
 
-/// The due events a claim takes (`?1` now, `?2` how many): ids only, for query plans.
+/// The due events of priority 0 a claim takes (`?1` now, `?2` how many): ids only, for query
+/// plans.
 pub(super) const DUE: &str = concat!("SELECT id ", due_filter!());
 
-/// The claim's SELECT: every column of the due events.
+/// The claim's SELECT of priority 0: every column of the due events.
 pub(super) const CLAIM_SELECT: &str = concat!("SELECT {cols} ", due_filter!());
 
-/// Marks one claimed event `processing`.
+/// The claim's SELECT of positive priorities, taken before priority 0.
+pub(super) const CLAIM_HIGH: &str = prioritised!(">");
+
+/// The claim's SELECT of negative priorities, taken after priority 0.
+pub(super) const CLAIM_LOW: &str = prioritised!("<");
+
+/// Scheduled events whose time has come become pending (`?1` now, at most `?2`: a chunk of
+/// [`PROMOTE_CHUNK`](crate::store::PROMOTE_CHUNK), earliest due first), keeping their due
+/// time, so the claim's SELECTs take them by priority and due time with the rest.
+pub(super) const PROMOTE: &str = "UPDATE {p}events SET status = 'pending',
+             wait_lane = CASE WHEN priority <> 0 THEN 2 END
+         WHERE rowid IN (
+             SELECT rowid FROM {p}events INDEXED BY {p}events_scheduled
+             WHERE wait_lane = 1 AND wait_at <= ?1
+             ORDER BY wait_at LIMIT ?2 + 0)";
+
+/// Marks one claimed event `processing` (an event of priority 0: its lane is none already, and
+/// this statement does not touch the lane indexes).
 pub(super) const CLAIM_UPDATE: &str =
     "UPDATE {p}events SET status = 'processing', updated_at = ?2 WHERE id = ?1";
 
+/// Marks one claimed event with a priority `processing`, out of its waiting lane.
+pub(super) const CLAIM_UPDATE_LANE: &str =
+    "UPDATE {p}events SET status = 'processing', updated_at = ?2, wait_lane = NULL WHERE id = ?1";
+
 /// Inserts one event unless its id exists (idempotent publish).
 pub(super) const INSERT: &str = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at,
-             published_snapshot)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8) ON CONFLICT(id) DO NOTHING";
+             published_snapshot, priority, deliver_at, wait_lane, wait_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, CASE WHEN ?11 IS NOT NULL THEN ?7 END)
+         ON CONFLICT(id) DO NOTHING";
 
 /// Outcome: done, for an event that was never a dead letter (the common case: a plain
 /// update, no RETURNING, which costs SQLite an ephemeral table per row).
@@ -48,31 +98,46 @@ pub(super) const RECORD_DONE_REVIVED: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
          WHERE id = ?1 AND status = 'processing' AND dlq_count > 0";
 
-/// Outcome: retry later.
-pub(super) const RECORD_RETRY: &str =
-    "UPDATE {p}events SET status = 'pending', retry_count = ?2, last_error = ?3, delivered = ?4,
-             updated_at = ?5, next_attempt_at = ?6
-         WHERE id = ?1 AND status = 'processing'";
+/// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:
+/// `cancelled`.
+pub(super) const RECORD_RETRY: &str = concat!(
+    "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+             retry_count = ?2, last_error = ?3, delivered = ?4, updated_at = ?5,
+             next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?6 END, ",
+    lane_of_pending!("?6"),
+    " WHERE id = ?1 AND status = 'processing'"
+);
 
-/// Outcome: dead letter. Returns the event's dead-letter count before this death (above
-/// 0: its record gets a new round).
+/// Outcome: dead letter (or `cancelled`, if a cancel came during the attempt). Returns the
+/// event's dead-letter count before this death (above 0: its record gets a new round) and
+/// whether it was cancelled instead (no record then).
 pub(super) const RECORD_DEAD: &str =
-    "UPDATE {p}events SET status = 'dlq', retry_count = ?2, last_error = ?3, delivered = ?4,
-             updated_at = ?5, dlq_at = ?5, next_attempt_at = NULL, dlq_count = dlq_count + 1
-         WHERE id = ?1 AND status = 'processing' RETURNING dlq_count - 1";
+    "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'dlq' END,
+             retry_count = ?2, last_error = ?3, delivered = ?4, updated_at = ?5,
+             dlq_at = CASE WHEN cancel_requested THEN NULL ELSE ?5 END, next_attempt_at = NULL,
+             dlq_count = dlq_count + 1 - cancel_requested
+         WHERE id = ?1 AND status = 'processing'
+         RETURNING dlq_count - 1 + cancel_requested, cancel_requested";
 
-/// Gives one claimed event back.
-pub(super) const RELEASE: &str =
-    "UPDATE {p}events SET status = 'pending', updated_at = ?2, next_attempt_at = ?2
-         WHERE id = ?1 AND status = 'processing'";
+/// Gives one claimed event back (`cancelled` instead, if a cancel came meanwhile).
+pub(super) const RELEASE: &str = concat!(
+    "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+             updated_at = ?2, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?2 END, ",
+    lane_of_pending!("?2"),
+    " WHERE id = ?1 AND status = 'processing'"
+);
 
 /// Crash recovery of every `processing` event (`?1` now), the interrupted attempt counted
-/// as `store::recovery` decides (`?2` added to the retry count, `?3` the note appended).
-pub(super) const RECOVER: &str =
-    "UPDATE {p}events SET status = 'pending', retry_count = retry_count + ?2,
+/// as `store::recovery` decides (`?2` added to the retry count, `?3` the note appended); an
+/// event cancelled during the attempt becomes `cancelled`.
+pub(super) const RECOVER: &str = concat!(
+    "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+             retry_count = retry_count + ?2,
              last_error = json_insert(coalesce(last_error, '[]'), '$[#]', ?3),
-             updated_at = ?1, next_attempt_at = ?1
-         WHERE status = 'processing'";
+             updated_at = ?1, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?1 END, ",
+    lane_of_pending!("?1"),
+    " WHERE status = 'processing'"
+);
 
 /// Frees a subscription name for another id.
 pub(super) const SUBSCRIPTION_FREE_NAME: &str =
@@ -99,9 +164,13 @@ pub(super) const HISTORY_PURGE: &str =
 /// Deletes one event row of the history purge.
 pub(super) const HISTORY_DELETE: &str = "DELETE FROM {p}events WHERE rowid = ?1";
 
-/// The earliest due time.
-pub(super) const NEXT_DUE: &str = "SELECT next_attempt_at FROM {p}events INDEXED BY {p}events_due
-         WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1";
+/// The earliest due time of a pending or a scheduled event.
+pub(super) const NEXT_DUE: &str = "SELECT min(t) FROM (
+         SELECT * FROM (SELECT next_attempt_at AS t FROM {p}events INDEXED BY {p}events_due
+                        WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1)
+         UNION ALL
+         SELECT * FROM (SELECT wait_at AS t FROM {p}events INDEXED BY {p}events_scheduled
+                        WHERE wait_lane = 1 ORDER BY wait_at LIMIT 1))";
 
 /// One event by id.
 pub(super) const GET_EVENT: &str = "SELECT {cols} FROM {p}events WHERE id = ?1";

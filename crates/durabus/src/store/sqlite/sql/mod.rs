@@ -1,9 +1,10 @@
 //! Every SQL statement of the SQLite store, in one registry ([`Sql`]) built once per store for
 //! its table prefix, so that the bus's tables can sit beside an application's own in one
 //! database file. The templates live by capability (`events.rs`, `dead_letters.rs`,
-//! `operations.rs`, `payloads.rs`); the statements built from a filter at run time in
+//! `operations.rs`, `payloads.rs`, `cancels.rs`); the statements built from a filter at run time in
 //! `filter.rs`.
 
+mod cancels;
 mod dead_letters;
 mod events;
 mod filter;
@@ -91,7 +92,11 @@ statements! {
     stats_put = events::STATS_PUT;
     due = events::DUE;
     claim_select = events::CLAIM_SELECT;
+    claim_high = events::CLAIM_HIGH;
+    claim_low = events::CLAIM_LOW;
+    promote = events::PROMOTE;
     claim_update = events::CLAIM_UPDATE;
+    claim_update_lane = events::CLAIM_UPDATE_LANE;
     insert = events::INSERT;
     record_done = events::RECORD_DONE;
     record_done_revived = events::RECORD_DONE_REVIVED;
@@ -109,6 +114,12 @@ statements! {
     get_event = events::GET_EVENT;
     counts = events::COUNTS;
     retry_counts = events::RETRY_COUNTS;
+    cn_state = cancels::CN_STATE;
+    cn_event = cancels::CN_EVENT;
+    cn_request = cancels::CN_REQUEST;
+    cn_subscription = cancels::CN_SUBSCRIPTION;
+    cn_insert = cancels::CN_INSERT;
+    cn_list = cancels::CN_LIST;
     dl_get = dead_letters::DL_GET;
     dl_state = dead_letters::DL_STATE;
     dl_insert = dead_letters::DL_INSERT;

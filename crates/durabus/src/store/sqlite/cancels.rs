@@ -1,0 +1,133 @@
+//! Cancels on SQLite: the rules of [`crate::cancel`] applied in one write transaction.
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::SqliteStore;
+use super::op::WriteOp;
+use super::rows::{corrupt, status_col};
+use super::sql::Sql;
+use crate::cancel::{CancelOutcome, CancelRequest, Cancellation, Plan, State, plan};
+use crate::clock::Timestamp;
+use crate::error::{Error, Result};
+use crate::event::EventId;
+use crate::store::CancelStore;
+
+/// A JSON list column.
+fn list(row: &Row<'_>, col: usize) -> rusqlite::Result<Vec<String>> {
+    match row.get::<_, Option<String>>(col)? {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| corrupt(col, e.to_string())),
+    }
+}
+
+fn outcome_text(o: CancelOutcome) -> &'static str {
+    match o {
+        CancelOutcome::Cancelled => "cancelled",
+        CancelOutcome::Running => "running",
+    }
+}
+
+fn cancellation_from_row(row: &Row<'_>) -> rusqlite::Result<Cancellation> {
+    let id: String = row.get(0)?;
+    let outcome: String = row.get(2)?;
+    Ok(Cancellation {
+        event_id: id.parse().map_err(|e: Error| corrupt(0, e.to_string()))?,
+        subscription: row.get(1)?,
+        outcome: match outcome.as_str() {
+            "running" => CancelOutcome::Running,
+            "cancelled" => CancelOutcome::Cancelled,
+            other => return Err(corrupt(2, format!("unknown cancel outcome {other:?}"))),
+        },
+        actor: row.get(3)?,
+        reason: row.get(4)?,
+        cancelled_at: Timestamp(row.get(5)?),
+    })
+}
+
+struct Cancel(CancelRequest);
+
+impl WriteOp for Cancel {
+    type Reply = Cancellation;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Cancellation> {
+        let r = &self.0;
+        let id = r.event_id.to_string();
+        let state = conn
+            .prepare_cached(&sql.cn_state)?
+            .query_row([&id], |row| {
+                Ok((
+                    status_col(row, 0)?,
+                    list(row, 1)?,
+                    list(row, 2)?,
+                    row.get::<_, bool>(3)?,
+                    row.get::<_, u32>(4)?,
+                ))
+            })
+            .optional()?
+            .ok_or_else(|| Error::EventNotFound(id.clone(), ""))?;
+        let (status, delivered, cancelled, cancel_requested, dlq_count) = state;
+        let state = State {
+            status,
+            delivered: &delivered,
+            cancelled: &cancelled,
+            cancel_requested,
+            revived: dlq_count > 0,
+        };
+        let planned = plan(r.event_id, state, r.subscription.as_deref())?;
+        let ms = now.as_millis();
+        let changed = match (&planned, &r.subscription) {
+            (Plan::CancelEvent, _) => conn
+                .prepare_cached(&sql.cn_event)?
+                .execute(params![id, ms])?,
+            (Plan::RequestCancel, _) => conn
+                .prepare_cached(&sql.cn_request)?
+                .execute(params![id, ms])?,
+            (Plan::CancelSubscription { .. }, Some(s)) => conn
+                .prepare_cached(&sql.cn_subscription)?
+                .execute(params![id, s, ms])?,
+            (Plan::CancelSubscription { .. }, None) => 0,
+        };
+        if changed != 1 {
+            return Err(Error::Internal(format!(
+                "the cancel of event {id} changed {changed} rows"
+            )));
+        }
+        let outcome = planned.outcome();
+        conn.prepare_cached(&sql.cn_insert)?.execute(params![
+            id,
+            r.subscription,
+            outcome_text(outcome),
+            r.actor.name,
+            r.actor.kind.as_str(),
+            r.reason,
+            ms
+        ])?;
+        Ok(Cancellation {
+            event_id: r.event_id,
+            subscription: r.subscription.clone(),
+            outcome,
+            actor: r.actor.name.clone(),
+            reason: r.reason.clone(),
+            cancelled_at: now,
+        })
+    }
+}
+
+#[async_trait]
+impl CancelStore for SqliteStore {
+    async fn cancel_event(&self, request: CancelRequest, now: Timestamp) -> Result<Cancellation> {
+        request.validate()?;
+        self.write(Cancel(request), now).await
+    }
+
+    async fn cancellations(&self, event_id: EventId) -> Result<Vec<Cancellation>> {
+        let sql = self.sql.clone();
+        self.read(move |c| {
+            c.prepare_cached(&sql.cn_list)?
+                .query_map([event_id.to_string()], cancellation_from_row)?
+                .collect()
+        })
+        .await
+    }
+}
