@@ -3,19 +3,22 @@
 -- next_attempt_at until a claim takes it.
 ALTER TABLE {p}events ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE {p}events ADD COLUMN deliver_at INTEGER;
--- The waiting lane of an event, for the two indexes below: 1 = scheduled, 2 = pending with a
--- priority other than 0, NULL = neither (the usual case); `wait_at` is its due time while it
--- is in a lane. The indexes are partial on the lane and keyed on these columns of their own,
--- not on status or next_attempt_at, so the hot path's writes to an ordinary event (its claim,
--- its completion) never touch them.
-ALTER TABLE {p}events ADD COLUMN wait_lane INTEGER;
-ALTER TABLE {p}events ADD COLUMN wait_at INTEGER;
+-- Events waiting in a lane of their own: 1 = scheduled (until due), 2 = pending with a
+-- priority other than 0, with the priority and the due time. A side table rather than
+-- indexes on the events table: SQLite writes every index of a table on every insert, and
+-- every index whose columns or condition an update touches, so indexes there would cost every
+-- publish, claim and completion of every ordinary event. Ordinary events never enter it.
+CREATE TABLE IF NOT EXISTS {p}waiting (
+    event_id TEXT PRIMARY KEY NOT NULL,
+    lane INTEGER NOT NULL,
+    priority INTEGER NOT NULL,
+    due INTEGER NOT NULL
+) WITHOUT ROWID;
 -- Scheduled events by due time: the claim takes the due ones, the dispatcher sleeps until the
--- earliest. Kept apart from the due index, so a million future events never lengthen a claim.
-CREATE INDEX IF NOT EXISTS {p}events_scheduled ON {p}events(wait_at) WHERE wait_lane = 1;
--- Pending events with a priority other than 0, highest first.
-CREATE INDEX IF NOT EXISTS {p}events_priority ON {p}events(priority DESC, wait_at)
-    WHERE wait_lane = 2;
+-- earliest; a million future events never lengthen a claim of the due ones.
+CREATE INDEX IF NOT EXISTS {p}waiting_scheduled ON {p}waiting(due) WHERE lane = 1;
+-- Pending events with a priority, highest first.
+CREATE INDEX IF NOT EXISTS {p}waiting_priority ON {p}waiting(priority DESC, due) WHERE lane = 2;
 -- Cancels: the subscriptions an event is cancelled for (a JSON list of keys, NULL for none),
 -- and whether a cancel asked that no retry follow the attempt running when it came.
 ALTER TABLE {p}events ADD COLUMN cancelled TEXT;

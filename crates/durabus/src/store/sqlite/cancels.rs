@@ -77,9 +77,11 @@ impl WriteOp for Cancel {
         let planned = plan(r.event_id, state, r.subscription.as_deref())?;
         let ms = now.as_millis();
         let changed = match (&planned, &r.subscription) {
-            (Plan::CancelEvent, _) => conn
-                .prepare_cached(&sql.cn_event)?
-                .execute(params![id, ms])?,
+            (Plan::CancelEvent, _) => {
+                conn.prepare_cached(&sql.waiting_delete)?.execute([&id])?;
+                conn.prepare_cached(&sql.cn_event)?
+                    .execute(params![id, ms])?
+            }
             (Plan::RequestCancel, _) => conn
                 .prepare_cached(&sql.cn_request)?
                 .execute(params![id, ms])?,

@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::op::WriteOp;
-use super::row_writes::{insert_with_snapshots, of_stored};
+use super::row_writes::{insert_with_snapshots, of_stored, waiting};
 use super::rows::{event_from_row, json_list};
 use super::sql::Sql;
 use crate::clock::Timestamp;
@@ -49,8 +49,7 @@ impl WriteOp for Claim {
         // priority (positive, 0, negative), each earliest due first; then an UPDATE per row by
         // key, all in the same write transaction (so atomic).
         let now_ms = now.as_millis();
-        conn.prepare_cached(&sql.promote)?
-            .execute(params![now_ms, crate::store::PROMOTE_CHUNK])?;
+        promote(conn, sql, now_ms)?;
         let mut events = Vec::new();
         for select in [&sql.claim_high, &sql.claim_select, &sql.claim_low] {
             let room = self.0.saturating_sub(events.len());
@@ -68,17 +67,38 @@ impl WriteOp for Claim {
         }
         let mut update = conn.prepare_cached(&sql.claim_update)?;
         for e in &mut events {
-            if e.priority == 0 {
-                update.execute(params![e.id.to_string(), now_ms])?;
-            } else {
-                conn.prepare_cached(&sql.claim_update_lane)?
-                    .execute(params![e.id.to_string(), now_ms])?;
+            update.execute(params![e.id.to_string(), now_ms])?;
+            if e.priority != 0 {
+                // Out of its lane while it runs.
+                waiting(conn, &sql.waiting_delete, e.id)?;
             }
             e.status = EventStatus::Processing;
             e.updated_at = now;
         }
         Ok(events)
     }
+}
+
+/// Makes the scheduled events that are due at `now_ms` pending (at most a chunk of
+/// [`PROMOTE_CHUNK`](crate::store::PROMOTE_CHUNK), earliest due first), keeping their due time:
+/// those with a priority move to lane 2 of the waiting table, the others leave it.
+fn promote(conn: &Connection, sql: &Sql, now_ms: i64) -> Result<()> {
+    let due: Vec<(String, i16, i64)> = conn
+        .prepare_cached(&sql.due_scheduled)?
+        .query_map(params![now_ms, crate::store::PROMOTE_CHUNK], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, priority, at) in due {
+        conn.prepare_cached(&sql.promote)?.execute([&id])?;
+        if priority == 0 {
+            conn.prepare_cached(&sql.waiting_delete)?.execute([&id])?;
+        } else {
+            conn.prepare_cached(&sql.waiting_put)?
+                .execute(params![id, 2, priority, at])?;
+        }
+    }
+    Ok(())
 }
 
 fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -> Result<bool> {
@@ -109,17 +129,22 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
             errors,
             delivered,
             next_attempt_at,
-        } => conn
-            .prepare_cached(&sql.record_retry)?
-            .execute(params![
-                id.to_string(),
-                retry_count,
-                json_list(errors)?,
-                json_list(delivered)?,
-                now_ms,
-                next_attempt_at.as_millis()
-            ])
-            .inspect(|_| crate::fail_point!("retry.schedule"))?,
+        } => {
+            let n = conn
+                .prepare_cached(&sql.record_retry)?
+                .execute(params![
+                    id.to_string(),
+                    retry_count,
+                    json_list(errors)?,
+                    json_list(delivered)?,
+                    now_ms,
+                    next_attempt_at.as_millis()
+                ])
+                .inspect(|_| crate::fail_point!("retry.schedule"))?;
+            // Back to pending: with a priority, it waits in lane 2.
+            waiting(conn, &sql.waiting_pending, *id)?;
+            n
+        }
         Outcome::Dead {
             id,
             retry_count,
@@ -198,6 +223,7 @@ impl WriteOp for Release {
         let mut n = 0u64;
         for id in &self.0 {
             n += stmt.execute(params![id.to_string(), now.as_millis()])? as u64;
+            waiting(conn, &sql.waiting_pending, *id)?;
         }
         Ok(n)
     }
@@ -214,6 +240,9 @@ impl WriteOp for Recover {
 
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
         let cost = interrupted(Interruption::ProcessStopped);
+        // Those with a priority wait in lane 2 again, due now.
+        conn.prepare_cached(&sql.waiting_recovered)?
+            .execute([now.as_millis()])?;
         let n = conn.execute(
             &sql.recover,
             params![now.as_millis(), cost.retry_increment, cost.note],

@@ -23,9 +23,9 @@ pub fn statements(p: &str) -> Vec<String> {
         // The failure groups again (`?1`: the start of the window of new groups).
         format!("SELECT coalesce(sum(count), 0) FROM {p}dead_letter_groups"),
         format!("SELECT count(*) FROM {p}dead_letter_groups WHERE first_seen >= ?1"),
-        // Scheduled events are waiting lane 1 (their partial index).
-        format!("SELECT count(*) FROM {p}events WHERE wait_lane = 1"),
-        format!("SELECT min(wait_at) FROM {p}events WHERE wait_lane = 1"),
+        // Scheduled events are lane 1 of the waiting table (its partial index).
+        format!("SELECT count(*) FROM {p}waiting WHERE lane = 1"),
+        format!("SELECT min(due) FROM {p}waiting WHERE lane = 1"),
     ]
 }
 

@@ -60,14 +60,15 @@ pub(super) fn insert_marking(
             None => (status, (status == EventStatus::Pending).then_some(now_ms)),
         };
         let priority = e.options.priority_value();
-        // The waiting lane of the schema: 1 scheduled, 2 pending with a priority.
+        // Its lane in the waiting table, if any: 1 scheduled, 2 pending with a priority.
         let lane = match status {
             EventStatus::Scheduled => Some(1),
             EventStatus::Pending if priority != 0 => Some(2),
             _ => None,
         };
+        let id = e.id.to_string();
         let n = stmt.execute(params![
-            e.id.to_string(),
+            id,
             e.event_type,
             e.payload,
             status.as_str(),
@@ -76,12 +77,21 @@ pub(super) fn insert_marking(
             due,
             shared(e.id).then_some(1),
             priority,
-            scheduled.map(Timestamp::as_millis),
-            lane
+            scheduled.map(Timestamp::as_millis)
         ])?;
+        if let (1, Some(lane), Some(due)) = (n, lane, due) {
+            conn.prepare_cached(&sql.waiting_put)?
+                .execute(params![id, lane, priority, due])?;
+        }
         inserted.push(n == 1);
     }
     Ok(inserted)
+}
+
+/// Runs one of the waiting table's statements that take an event's id alone.
+pub(super) fn waiting(conn: &Connection, statement: &str, id: EventId) -> Result<()> {
+    conn.prepare_cached(statement)?.execute([id.to_string()])?;
+    Ok(())
 }
 
 /// The snapshots of the events that were stored.
@@ -393,6 +403,7 @@ pub(super) fn apply_action(
                 if n != 1 {
                     return Err(picked_up(id, before.status));
                 }
+                waiting(conn, &ops.waiting_delete, id)?;
             }
             if send {
                 let reset = requeue();
@@ -402,6 +413,8 @@ pub(super) fn apply_action(
                     reset.retry_count,
                     reset.clear_errors
                 ])?;
+                // Back to pending: with a priority, it waits in lane 2.
+                waiting(conn, &ops.waiting_pending, id)?;
                 if n != 1 {
                     return Err(Error::Conflict {
                         what: format!("dead letter {id}"),

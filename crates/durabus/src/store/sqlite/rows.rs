@@ -23,6 +23,15 @@ fn json_col<T: serde::de::DeserializeOwned + Default>(
     }
 }
 
+/// [`EVENT_COLUMNS`] qualified with the table alias `alias` (for joins).
+pub fn event_columns_of(alias: &str) -> String {
+    EVENT_COLUMNS
+        .split(", ")
+        .map(|c| format!("{alias}.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// How many columns [`EVENT_COLUMNS`] names: a statement's own columns after them start here.
 pub const EVENT_COLUMN_COUNT: usize = 17;
 

@@ -157,9 +157,7 @@ async fn a_database_from_before_table_prefixes_is_renamed_and_keeps_its_events()
             "durabus_events",
             "durabus_events_dlq",
             "durabus_events_due",
-            "durabus_events_priority",
-            "durabus_events_processing",
-            "durabus_events_scheduled"
+            "durabus_events_processing"
         ]
     );
 }

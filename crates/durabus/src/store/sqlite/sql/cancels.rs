@@ -6,8 +6,7 @@ pub(super) const CN_STATE: &str = "SELECT status, delivered, cancelled, cancel_r
 
 /// A waiting event cancelled for every subscription.
 pub(super) const CN_EVENT: &str =
-    "UPDATE {p}events SET status = 'cancelled', next_attempt_at = NULL, updated_at = ?2,
-             wait_lane = NULL
+    "UPDATE {p}events SET status = 'cancelled', next_attempt_at = NULL, updated_at = ?2
          WHERE id = ?1 AND status IN ('scheduled', 'pending')";
 
 /// A running event: no retry after its attempt.

@@ -52,15 +52,14 @@ pub(super) const DL_DELETE_EVENT: &str = "DELETE FROM {p}events WHERE id = ?1 AN
 /// Takes a retried event back out of delivery (`?2` now) while no worker has picked it up.
 pub(super) const DL_WITHDRAW: &str =
     "UPDATE {p}events SET status = 'dlq', dlq_at = ?2, updated_at = ?2,
-             next_attempt_at = NULL, wait_lane = NULL
+             next_attempt_at = NULL
          WHERE id = ?1 AND status = 'pending'";
 
 /// Sends a dead event back for delivery (`?2` now) with `store::recovery::requeue`'s retry
 /// count (`?3`) and, if `?4`, its errors cleared.
 pub(super) const DL_REQUEUE: &str = "UPDATE {p}events SET status = 'pending', retry_count = ?3,
              last_error = CASE WHEN ?4 THEN NULL ELSE last_error END, dlq_at = NULL,
-             updated_at = ?2, next_attempt_at = ?2, wait_lane = CASE WHEN priority <> 0 THEN 2 END,
-             wait_at = ?2
+             updated_at = ?2, next_attempt_at = ?2
          WHERE id = ?1 AND status = 'dlq'";
 
 /// Pending records whose auto retry is due (`?1` now), at most `?2`.

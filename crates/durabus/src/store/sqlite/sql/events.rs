@@ -13,28 +13,17 @@ macro_rules! due_filter {
     };
 }
 
-/// Due events with a priority of the sign `$sign` (`>` or `<`), highest first, from the
-/// partial index of pending events with a priority (waiting lane 2).
+/// Due pending events with a priority of the sign `$sign` (`>` or `<`), highest first, from the
+/// waiting table's lane 2 (a row there may be stale: the event must still be pending).
 macro_rules! prioritised {
     ($sign:literal) => {
         concat!(
-            "SELECT {cols} FROM {p}events INDEXED BY {p}events_priority
-             WHERE wait_lane = 2 AND priority ",
+            "SELECT {ecols} FROM {p}waiting AS w INDEXED BY {p}waiting_priority
+             CROSS JOIN {p}events AS e ON e.id = w.event_id
+             WHERE w.lane = 2 AND w.priority ",
             $sign,
-            " 0 AND wait_at <= ?1
-             ORDER BY priority DESC, wait_at LIMIT ?2 + 0"
-        )
-    };
-}
-
-/// The waiting lane (see the schema) of an event that goes back to `pending`, due at `$due`: 2
-/// if it has a priority, none otherwise; none if a cancel came during its attempt (it ends
-/// `cancelled`).
-macro_rules! lane_of_pending {
-    ($due:literal) => {
-        concat!(
-            "wait_lane = CASE WHEN cancel_requested THEN NULL WHEN priority <> 0 THEN 2 END, wait_at = ",
-            $due
+            " 0 AND w.due <= ?1 AND e.status = 'pending'
+             ORDER BY w.priority DESC, w.due LIMIT ?2 + 0"
         )
     };
 }
@@ -62,30 +51,45 @@ pub(super) const CLAIM_HIGH: &str = prioritised!(">");
 /// The claim's SELECT of negative priorities, taken after priority 0.
 pub(super) const CLAIM_LOW: &str = prioritised!("<");
 
-/// Scheduled events whose time has come become pending (`?1` now, at most `?2`: a chunk of
-/// [`PROMOTE_CHUNK`](crate::store::PROMOTE_CHUNK), earliest due first), keeping their due
-/// time, so the claim's SELECTs take them by priority and due time with the rest.
-pub(super) const PROMOTE: &str = "UPDATE {p}events SET status = 'pending',
-             wait_lane = CASE WHEN priority <> 0 THEN 2 END
-         WHERE rowid IN (
-             SELECT rowid FROM {p}events INDEXED BY {p}events_scheduled
-             WHERE wait_lane = 1 AND wait_at <= ?1
-             ORDER BY wait_at LIMIT ?2 + 0)";
+/// Scheduled events whose time has come (`?1` now), earliest due first, at most `?2` (a chunk of
+/// [`PROMOTE_CHUNK`](crate::store::PROMOTE_CHUNK)): their ids, priorities and due times.
+pub(super) const DUE_SCHEDULED: &str =
+    "SELECT event_id, priority, due FROM {p}waiting INDEXED BY {p}waiting_scheduled
+         WHERE lane = 1 AND due <= ?1 ORDER BY due LIMIT ?2 + 0";
 
-/// Marks one claimed event `processing` (an event of priority 0: its lane is none already, and
-/// this statement does not touch the lane indexes).
+/// A scheduled event becomes pending, keeping its due time.
+pub(super) const PROMOTE: &str =
+    "UPDATE {p}events SET status = 'pending' WHERE id = ?1 AND status = 'scheduled'";
+
+/// An event's row in the waiting table, written or replaced (`?2` lane, `?3` priority, `?4` due).
+pub(super) const WAITING_PUT: &str =
+    "INSERT OR REPLACE INTO {p}waiting (event_id, lane, priority, due) VALUES (?1, ?2, ?3, ?4)";
+
+/// An event leaves the waiting table.
+pub(super) const WAITING_DELETE: &str = "DELETE FROM {p}waiting WHERE event_id = ?1";
+
+/// A pending event with a priority (back from an attempt: a retry, a release, a dead letter
+/// sent back) enters lane 2 at its due time.
+pub(super) const WAITING_PENDING: &str =
+    "INSERT OR REPLACE INTO {p}waiting (event_id, lane, priority, due)
+         SELECT id, 2, priority, next_attempt_at FROM {p}events
+         WHERE id = ?1 AND status = 'pending' AND priority <> 0";
+
+/// Before a crash recovery (`?1` now): the running events with a priority it sends back to
+/// pending enter lane 2, due now.
+pub(super) const WAITING_RECOVERED: &str =
+    "INSERT OR REPLACE INTO {p}waiting (event_id, lane, priority, due)
+         SELECT id, 2, priority, ?1 FROM {p}events INDEXED BY {p}events_processing
+         WHERE status = 'processing' AND priority <> 0 AND cancel_requested = 0";
+
+/// Marks one claimed event `processing`.
 pub(super) const CLAIM_UPDATE: &str =
     "UPDATE {p}events SET status = 'processing', updated_at = ?2 WHERE id = ?1";
 
-/// Marks one claimed event with a priority `processing`, out of its waiting lane.
-pub(super) const CLAIM_UPDATE_LANE: &str =
-    "UPDATE {p}events SET status = 'processing', updated_at = ?2, wait_lane = NULL WHERE id = ?1";
-
 /// Inserts one event unless its id exists (idempotent publish).
 pub(super) const INSERT: &str = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at,
-             published_snapshot, priority, deliver_at, wait_lane, wait_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, CASE WHEN ?11 IS NOT NULL THEN ?7 END)
-         ON CONFLICT(id) DO NOTHING";
+             published_snapshot, priority, deliver_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(id) DO NOTHING";
 
 /// Outcome: done, for an event that was never a dead letter (the common case: a plain
 /// update, no RETURNING, which costs SQLite an ephemeral table per row).
@@ -100,13 +104,11 @@ pub(super) const RECORD_DONE_REVIVED: &str =
 
 /// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:
 /// `cancelled`.
-pub(super) const RECORD_RETRY: &str = concat!(
+pub(super) const RECORD_RETRY: &str =
     "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
              retry_count = ?2, last_error = ?3, delivered = ?4, updated_at = ?5,
-             next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?6 END, ",
-    lane_of_pending!("?6"),
-    " WHERE id = ?1 AND status = 'processing'"
-);
+             next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?6 END
+         WHERE id = ?1 AND status = 'processing'";
 
 /// Outcome: dead letter (or `cancelled`, if a cancel came during the attempt). Returns the
 /// event's dead-letter count before this death (above 0: its record gets a new round) and
@@ -120,24 +122,20 @@ pub(super) const RECORD_DEAD: &str =
          RETURNING dlq_count - 1 + cancel_requested, cancel_requested";
 
 /// Gives one claimed event back (`cancelled` instead, if a cancel came meanwhile).
-pub(super) const RELEASE: &str = concat!(
+pub(super) const RELEASE: &str =
     "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
-             updated_at = ?2, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?2 END, ",
-    lane_of_pending!("?2"),
-    " WHERE id = ?1 AND status = 'processing'"
-);
+             updated_at = ?2, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?2 END
+         WHERE id = ?1 AND status = 'processing'";
 
 /// Crash recovery of every `processing` event (`?1` now), the interrupted attempt counted
 /// as `store::recovery` decides (`?2` added to the retry count, `?3` the note appended); an
 /// event cancelled during the attempt becomes `cancelled`.
-pub(super) const RECOVER: &str = concat!(
+pub(super) const RECOVER: &str =
     "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
              retry_count = retry_count + ?2,
              last_error = json_insert(coalesce(last_error, '[]'), '$[#]', ?3),
-             updated_at = ?1, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?1 END, ",
-    lane_of_pending!("?1"),
-    " WHERE status = 'processing'"
-);
+             updated_at = ?1, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?1 END
+         WHERE status = 'processing'";
 
 /// Frees a subscription name for another id.
 pub(super) const SUBSCRIPTION_FREE_NAME: &str =
@@ -169,8 +167,8 @@ pub(super) const NEXT_DUE: &str = "SELECT min(t) FROM (
          SELECT * FROM (SELECT next_attempt_at AS t FROM {p}events INDEXED BY {p}events_due
                         WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1)
          UNION ALL
-         SELECT * FROM (SELECT wait_at AS t FROM {p}events INDEXED BY {p}events_scheduled
-                        WHERE wait_lane = 1 ORDER BY wait_at LIMIT 1))";
+         SELECT * FROM (SELECT due AS t FROM {p}waiting INDEXED BY {p}waiting_scheduled
+                        WHERE lane = 1 ORDER BY due LIMIT 1))";
 
 /// One event by id.
 pub(super) const GET_EVENT: &str = "SELECT {cols} FROM {p}events WHERE id = ?1";

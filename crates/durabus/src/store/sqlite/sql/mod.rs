@@ -82,6 +82,7 @@ fn fill(template: &str, prefix: &str) -> String {
     template
         .replace("{p}", prefix)
         .replace("{cols}", EVENT_COLUMNS)
+        .replace("{ecols}", &super::rows::event_columns_of("e"))
         .replace("{dl}", dead_letters::DL_COLUMNS)
         .replace("{op}", operations::OP_COLUMNS)
 }
@@ -94,9 +95,13 @@ statements! {
     claim_select = events::CLAIM_SELECT;
     claim_high = events::CLAIM_HIGH;
     claim_low = events::CLAIM_LOW;
+    due_scheduled = events::DUE_SCHEDULED;
     promote = events::PROMOTE;
+    waiting_put = events::WAITING_PUT;
+    waiting_delete = events::WAITING_DELETE;
+    waiting_pending = events::WAITING_PENDING;
+    waiting_recovered = events::WAITING_RECOVERED;
     claim_update = events::CLAIM_UPDATE;
-    claim_update_lane = events::CLAIM_UPDATE_LANE;
     insert = events::INSERT;
     record_done = events::RECORD_DONE;
     record_done_revived = events::RECORD_DONE_REVIVED;
