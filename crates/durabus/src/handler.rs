@@ -56,6 +56,48 @@ impl std::future::Future for CatchUnwind {
     }
 }
 
+/// A handler's answer "not now, call me again in `delay`": return it as the handler's error
+/// (`Err(Snooze::new(d).into())`, or [`snooze`]). The event is rescheduled for this
+/// subscription without counting a failed attempt or touching its circuit breaker; after
+/// [`SubscribeOptions::max_snoozes`] snoozes of one event, a further one counts as a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snooze {
+    /// How long until the handler is called again.
+    pub delay: Duration,
+}
+
+impl Snooze {
+    /// Call again in `delay`.
+    pub fn new(delay: Duration) -> Snooze {
+        Snooze { delay }
+    }
+}
+
+impl std::fmt::Display for Snooze {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "snoozed for {} ms", self.delay.as_millis())
+    }
+}
+
+impl std::error::Error for Snooze {}
+
+/// A handler's result that snoozes for `delay` (see [`Snooze`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use durabus::{Event, HandlerResult};
+///
+/// async fn handle(e: Event) -> HandlerResult {
+///     if e.payload_value()["ready"] != true {
+///         return durabus::handler::snooze(Duration::from_secs(30));
+///     }
+///     Ok(())
+/// }
+/// ```
+pub fn snooze(delay: Duration) -> HandlerResult {
+    Err(Box::new(Snooze::new(delay)))
+}
+
 /// How one handler run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum HandlerOutcome {
@@ -67,6 +109,8 @@ pub(crate) enum HandlerOutcome {
     Timeout(String),
     /// It panicked.
     Panic(String),
+    /// It asked to be called again after this long ([`Snooze`]).
+    Snoozed(Duration),
 }
 
 impl HandlerOutcome {
@@ -83,6 +127,14 @@ impl HandlerOutcome {
             HandlerOutcome::Ok => return None,
             HandlerOutcome::Error(e, causes) => (e, causes),
             HandlerOutcome::Timeout(e) | HandlerOutcome::Panic(e) => (e, Vec::new()),
+            // Where a snooze is not honoured (a replay through the handler), it fails the run.
+            HandlerOutcome::Snoozed(d) => (
+                format!(
+                    "the handler snoozed for {} ms, which only a delivery honours",
+                    d.as_millis()
+                ),
+                Vec::new(),
+            ),
         };
         Some((storable(error), causes.into_iter().map(storable).collect()))
     }
@@ -128,7 +180,10 @@ pub(crate) async fn run_handler(
     };
     match tokio::time::timeout(timeout, CatchUnwind(fut)).await {
         Ok(Ok(Ok(()))) => HandlerOutcome::Ok,
-        Ok(Ok(Err(e))) => HandlerOutcome::Error(e.to_string(), causes(e.as_ref())),
+        Ok(Ok(Err(e))) => match e.downcast_ref::<Snooze>() {
+            Some(s) => HandlerOutcome::Snoozed(s.delay),
+            None => HandlerOutcome::Error(e.to_string(), causes(e.as_ref())),
+        },
         Ok(Err(panic)) => HandlerOutcome::Panic(format!("handler panicked: {panic}")),
         Err(_) => HandlerOutcome::Timeout(format!(
             "handler timed out after {} ms",
@@ -155,7 +210,13 @@ pub struct SubscribeOptions {
     /// A stable name. Delivery records use it, so after a restart a retried event skips the
     /// handlers that already succeeded. Without a name, records last as long as the process.
     pub name: Option<String>,
+    /// How often the handler may [`Snooze`] one event before a further snooze counts as a
+    /// failed attempt (default [`DEFAULT_MAX_SNOOZES`]).
+    pub max_snoozes: Option<u32>,
 }
+
+/// How often a handler may snooze one event unless [`SubscribeOptions::max_snoozes`] says.
+pub const DEFAULT_MAX_SNOOZES: u32 = 25;
 
 impl SubscribeOptions {
     /// Sets the handler timeout.
@@ -178,6 +239,13 @@ impl SubscribeOptions {
         self.name = Some(name.into());
         self
     }
+
+    /// Sets how often the handler may snooze one event (see [`Snooze`]).
+    #[must_use]
+    pub fn max_snoozes(mut self, n: u32) -> Self {
+        self.max_snoozes = Some(n);
+        self
+    }
 }
 
 /// A live subscription as the bus holds it, its handler aside.
@@ -193,6 +261,8 @@ pub struct Subscription {
     pub timeout: Duration,
     /// Retry override, if given.
     pub retry: Option<RetryOverride>,
+    /// How often the handler may snooze one event.
+    pub max_snoozes: u32,
     /// When the subscription was made.
     pub created_at: Timestamp,
 }

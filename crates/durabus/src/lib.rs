@@ -137,7 +137,7 @@ pub use dlq::{
 };
 pub use error::{Error, ErrorKind, Invalid, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
-pub use handler::{BoxError, Handler, HandlerResult, SubscribeOptions, Subscription};
+pub use handler::{BoxError, Handler, HandlerResult, Snooze, SubscribeOptions, Subscription};
 pub use history::History;
 pub use hook::{BusError, ErrorHook, ErrorSource};
 pub use operation::{

@@ -29,3 +29,11 @@ CREATE TABLE IF NOT EXISTS {s}.cancellations (
     cancelled_at bigint NOT NULL
 );
 CREATE INDEX IF NOT EXISTS cancellations_event ON {s}.cancellations (event_id, seq);
+-- Snoozes: how often each subscription's handler has snoozed each event (its cap is
+-- SubscribeOptions::max_snoozes). Written only when a handler snoozes.
+CREATE TABLE IF NOT EXISTS {s}.snoozes (
+    event_id uuid NOT NULL,
+    subscription text NOT NULL,
+    count integer NOT NULL,
+    PRIMARY KEY (event_id, subscription)
+);

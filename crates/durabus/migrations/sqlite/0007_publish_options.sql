@@ -35,3 +35,11 @@ CREATE TABLE IF NOT EXISTS {p}cancellations (
     cancelled_at INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS {p}cancellations_event ON {p}cancellations(event_id, seq);
+-- Snoozes: how often each subscription's handler has snoozed each event (its cap is
+-- SubscribeOptions::max_snoozes). Written only when a handler snoozes.
+CREATE TABLE IF NOT EXISTS {p}snoozes (
+    event_id TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (event_id, subscription)
+) WITHOUT ROWID;

@@ -304,6 +304,9 @@ impl EventBus {
             event_type: pattern.as_str().to_owned(),
             timeout,
             retry: options.retry,
+            max_snoozes: options
+                .max_snoozes
+                .unwrap_or(crate::handler::DEFAULT_MAX_SNOOZES),
             created_at: self.clock().now(),
         };
         let row = SubscriptionRow {

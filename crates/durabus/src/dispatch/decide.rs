@@ -46,6 +46,8 @@ pub(crate) enum Ran {
         failure: Option<Failure>,
         /// When an open breaker will admit a handler that was skipped, if one was.
         deferred_until: Option<Timestamp>,
+        /// Handlers that snoozed: when the first wants to be called again, and their keys.
+        snoozed: Option<(Timestamp, Vec<String>)>,
     },
 }
 
@@ -73,6 +75,8 @@ pub(crate) enum Log {
     Nothing,
     /// An open breaker deferred the event until then.
     Deferred { until: Timestamp },
+    /// A handler snoozed: the event is due again then.
+    Snoozed { until: Timestamp },
     /// The attempt failed.
     Failed(FailureLog),
 }
@@ -149,7 +153,28 @@ pub(crate) fn decide(
         Ran::Handlers {
             delivered,
             failure: None,
+            deferred_until,
+            snoozed: Some((at, subscriptions)),
+        } => {
+            // Not a failed attempt: retry count and errors stay as they are; the snoozes are
+            // counted per subscription.
+            let until = deferred_until.map_or(at, |d| d.min(at));
+            Decision {
+                outcome: Outcome::Snooze {
+                    id: event.id,
+                    delivered,
+                    next_attempt_at: until,
+                    subscriptions,
+                },
+                pass: Pass::Deferred,
+                log: Log::Snoozed { until },
+            }
+        }
+        Ran::Handlers {
+            delivered,
+            failure: None,
             deferred_until: Some(until),
+            snoozed: None,
         } => Decision {
             // Not a failed attempt: retry count and errors stay as they are.
             outcome: Outcome::Retry {
@@ -166,6 +191,7 @@ pub(crate) fn decide(
             delivered,
             failure: None,
             deferred_until: None,
+            snoozed: None,
         } => Decision {
             outcome: Outcome::Done {
                 id: event.id,
@@ -250,6 +276,12 @@ pub(crate) fn emit(log: &Log, event: EventId, event_type: &str) {
             event_type,
             next_attempt_at = %until,
             "event deferred: a circuit breaker is open for a matching subscription"
+        ),
+        Log::Snoozed { until } => tracing::debug!(
+            event_id = %event,
+            event_type,
+            next_attempt_at = %until,
+            "event snoozed by a handler"
         ),
         Log::Failed(f) if f.exhausted_by_interruptions => tracing::warn!(
             event_id = %f.event_id,

@@ -27,6 +27,7 @@ use crate::clock::{Clock, Timestamp};
 use crate::config::BusConfig;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId};
+use crate::handler::HandlerOutcome;
 use crate::payload::{ConfigCache, NewSnapshot, STAGE_ERROR, error_text, snapshot};
 use crate::retry::RetryPolicy;
 use crate::store::{Outcome, Store};
@@ -297,6 +298,7 @@ impl Dispatcher {
         let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
         let admissions = self.breakers.admit(&infos, now);
         let mut deferred_until: Option<Timestamp> = None;
+        let mut snoozed: Option<(Timestamp, Vec<String>)> = None;
         // When the last handler that ran ended: what the breakers and the decision are told.
         let mut ended = None;
         for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
@@ -317,6 +319,20 @@ impl Dispatcher {
                 .handler_finished(sub.info.label(), outcome, started.elapsed());
             let at = self.clock.now();
             ended = Some(at);
+            let result = match result {
+                HandlerOutcome::Snoozed(delay) => match self.snooze(event, sub, *admission).await {
+                    // Not a failure and not a success: the breaker does not hear of it.
+                    Ok(()) => {
+                        let due = at.plus(delay);
+                        let (until, keys) = snoozed.get_or_insert_with(|| (due, Vec::new()));
+                        *until = (*until).min(due);
+                        keys.push(sub.key.clone());
+                        continue;
+                    }
+                    Err(failure) => failure,
+                },
+                other => other,
+            };
             self.breakers.record(&sub.info, at, result.is_ok());
             let Some((error, causes)) = result.into_failure() else {
                 delivered.push(sub.key.clone());
@@ -338,6 +354,7 @@ impl Dispatcher {
                     causes,
                 }),
                 deferred_until,
+                snoozed: None,
             };
             return (ran, ended);
         }
@@ -345,8 +362,40 @@ impl Dispatcher {
             delivered,
             failure: None,
             deferred_until,
+            snoozed,
         };
         (ran, ended)
+    }
+
+    /// Whether `sub`'s handler may snooze `event` once more (fewer than its `max_snoozes` so
+    /// far): `Ok`, after giving back a probe the breaker admitted it with; else the failure the
+    /// snooze counts as.
+    async fn snooze(
+        &self,
+        event: &Event,
+        sub: &Entry,
+        admission: Admission,
+    ) -> std::result::Result<(), HandlerOutcome> {
+        let cap = sub.info.max_snoozes;
+        let used = self.store.snoozes(event.id, &sub.key).await.map_err(|e| {
+            HandlerOutcome::Error(
+                format!("the handler snoozed and its snoozes could not be counted: {e}"),
+                Vec::new(),
+            )
+        })?;
+        if used >= cap {
+            return Err(HandlerOutcome::Error(
+                format!(
+                    "the handler snoozed {} times, the most max_snoozes allows ({cap})",
+                    used + 1
+                ),
+                Vec::new(),
+            ));
+        }
+        if admission == Admission::Probe {
+            self.breakers.release_probe(&sub.info.id);
+        }
+        Ok(())
     }
 
     /// Delivers a `processing` event and records the outcome (an inline publish).
@@ -411,6 +460,7 @@ impl Dispatcher {
                 causes: Vec::new(),
             }),
             deferred_until: None,
+            snoozed: None,
         };
         let (prior, event_type, created) = (
             event.retry_count,

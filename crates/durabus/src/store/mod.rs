@@ -121,6 +121,9 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
         now: Timestamp,
     ) -> Result<Vec<bool>>;
 
+    /// How often the handler of subscription `key` has snoozed the event `id` (0 if never).
+    async fn snoozes(&self, id: EventId, key: &str) -> Result<u32>;
+
     /// Gives back claimed events that were never delivered (a worker stopping with events
     /// still queued): `processing` → `pending`, due now, retry count untouched. Returns how many.
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64>;

@@ -48,6 +48,19 @@ pub enum Outcome {
         /// When the next attempt is due.
         next_attempt_at: Timestamp,
     },
+    /// Handlers snoozed (and none failed): the event is `pending` again, due at
+    /// `next_attempt_at`, its retry count and errors as they were; each snooze is counted for
+    /// its subscription (see [`EventStore::snoozes`](super::EventStore::snoozes)).
+    Snooze {
+        /// The event.
+        id: EventId,
+        /// Subscriptions that have handled it.
+        delivered: Vec<String>,
+        /// When it is due again.
+        next_attempt_at: Timestamp,
+        /// The keys of the subscriptions that snoozed.
+        subscriptions: Vec<String>,
+    },
     /// The attempt failed and no retries are left: the event is a dead letter. Its
     /// dead-letter record (and the `system.dead_letter` event) are written in the same
     /// transaction.
@@ -69,7 +82,10 @@ impl Outcome {
     /// The event the outcome is for.
     pub fn id(&self) -> EventId {
         match self {
-            Outcome::Done { id, .. } | Outcome::Retry { id, .. } | Outcome::Dead { id, .. } => *id,
+            Outcome::Done { id, .. }
+            | Outcome::Retry { id, .. }
+            | Outcome::Snooze { id, .. }
+            | Outcome::Dead { id, .. } => *id,
         }
     }
 }

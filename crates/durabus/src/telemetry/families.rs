@@ -85,7 +85,7 @@ struct PerType {
 /// The handler metrics of one subscription label, likewise.
 struct PerSub {
     /// By [`RunResult`] in declaration order.
-    runs: [Counter; 4],
+    runs: [Counter; 5],
     duration: Histogram,
 }
 
@@ -166,6 +166,7 @@ impl Families {
                 run(RunResult::Error),
                 run(RunResult::Timeout),
                 run(RunResult::Panic),
+                run(RunResult::Snoozed),
             ],
             duration: c
                 .handler_duration
@@ -324,7 +325,7 @@ impl Counted {
         );
         r.register(
             "events_deferred",
-            "Delivery passes put off because a subscription's circuit breaker was open",
+            "Delivery passes put off because a subscription's circuit breaker was open or a handler snoozed",
             c.deferred.clone(),
         );
         r.register(

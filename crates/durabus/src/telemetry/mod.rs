@@ -60,6 +60,8 @@ pub enum RunResult {
     Timeout,
     /// It panicked.
     Panic,
+    /// It snoozed (asked to be called again later).
+    Snoozed,
 }
 
 impl RunResult {
@@ -71,6 +73,7 @@ impl RunResult {
             HandlerOutcome::Error(..) => RunResult::Error,
             HandlerOutcome::Timeout(_) => RunResult::Timeout,
             HandlerOutcome::Panic(_) => RunResult::Panic,
+            HandlerOutcome::Snoozed(_) => RunResult::Snoozed,
         }
     }
 
@@ -81,6 +84,7 @@ impl RunResult {
             RunResult::Error => "error",
             RunResult::Timeout => "timeout",
             RunResult::Panic => "panic",
+            RunResult::Snoozed => "snoozed",
         }
     }
 }

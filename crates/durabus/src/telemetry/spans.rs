@@ -108,7 +108,8 @@ pub(crate) fn ended(span: &Span, result: RunResult) {
     }
     let outcome = result.as_str();
     span.record("durabus.outcome", outcome);
-    if result != RunResult::Ok {
+    // A snooze is the handler's own choice, not an error.
+    if !matches!(result, RunResult::Ok | RunResult::Snoozed) {
         span.record("otel.status_code", "ERROR");
         span.record("error.type", outcome);
     }

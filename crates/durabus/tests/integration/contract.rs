@@ -144,6 +144,8 @@ macro_rules! all_contract_tests {
             cancel::a_running_event_finishes_and_no_retry_follows,
             cancel::a_cancel_during_an_attempt_survives_a_crash,
             cancel::an_event_cancelled_for_one_subscription_runs_the_others,
+            snooze::a_snoozing_handler_is_called_again_later_without_a_failure,
+            snooze::snoozes_past_the_cap_count_as_a_failure,
         );
     };
 }

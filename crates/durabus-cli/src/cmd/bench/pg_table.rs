@@ -67,6 +67,26 @@ pub fn print_table(r: &PgReport) {
             "< 100",
         ),
         (
+            "publish ×1000 with 1M scheduled (× empty)",
+            format!(
+                "{:.2} ({:.0} / {:.0})",
+                r.scheduled_full_publish_eps / r.scheduled_empty_publish_eps.max(1.0),
+                r.scheduled_full_publish_eps,
+                r.scheduled_empty_publish_eps
+            ),
+            "≥ 0.9",
+        ),
+        (
+            "drain with 1M scheduled (× empty)",
+            format!(
+                "{:.2} ({:.0} / {:.0})",
+                r.scheduled_full_drain_eps / r.scheduled_empty_drain_eps.max(1.0),
+                r.scheduled_full_drain_eps,
+                r.scheduled_empty_drain_eps
+            ),
+            "≥ 0.9",
+        ),
+        (
             "DLQ records page (ms)",
             format!("{:.2}", r.dlq_records_page_ms),
             "< 10 (1M)",

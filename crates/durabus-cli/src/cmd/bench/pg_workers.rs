@@ -171,3 +171,27 @@ pub fn tally(workers: &Workers, total: u64) -> anyhow::Result<EndToEnd> {
         latencies_us: handled.iter().filter_map(|(_, l)| *l).collect(),
     })
 }
+
+/// A fresh schema on the same database as `db`, for one measurement.
+pub fn fresh(db: &Db) -> Db {
+    Db {
+        schema: format!("bench_{}", durabus::EventId::new().0.simple()),
+        ..db.clone()
+    }
+}
+
+/// Drops the schema of `db` with everything in it.
+pub async fn drop_schema(db: &Db) -> anyhow::Result<()> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&db.target)
+        .await?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+        db.schema
+    )))
+    .execute(&pool)
+    .await?;
+    pool.close().await;
+    Ok(())
+}

@@ -10,7 +10,9 @@ use durabus::{EventBus, NewEvent};
 use serde::Serialize;
 
 use super::harness::{batches, enqueue_batches, enqueue_concurrently, event, median, percentile};
-use super::pg_workers::{EndToEnd, publisher_and_workers, tally, wait_completed};
+use super::pg_workers::{
+    EndToEnd, drop_schema, fresh, publisher_and_workers, tally, wait_completed,
+};
 use crate::cmd::Db;
 use crate::cmd::worker::now_us;
 
@@ -42,6 +44,15 @@ pub struct PgReport {
     pub scheduled_late_samples: u64,
     pub scheduled_late_p50_ms: f64,
     pub scheduled_late_p99_ms: f64,
+    /// Events scheduled for next month in the schema of the comparison below.
+    pub scheduled_rows: u64,
+    /// Batches of 1,000 published from this process with no worker, on an empty schema and on
+    /// one holding the scheduled events (medians, runs interleaved).
+    pub scheduled_empty_publish_eps: f64,
+    pub scheduled_full_publish_eps: f64,
+    /// A bus in this process draining what was published, on the same two schemas.
+    pub scheduled_empty_drain_eps: f64,
+    pub scheduled_full_drain_eps: f64,
     /// Dead-letter records loaded for the listing figures (1M; `--quick`: 10k).
     pub dlq_records: u64,
     /// First page of records filtered by type and status.
@@ -94,28 +105,6 @@ fn say(plan: &Plan, what: &str) {
     if plan.verbose {
         eprintln!("  measuring {what} …");
     }
-}
-
-fn fresh(db: &Db) -> Db {
-    Db {
-        schema: format!("bench_{}", durabus::EventId::new().0.simple()),
-        ..db.clone()
-    }
-}
-
-async fn drop_schema(db: &Db) -> anyhow::Result<()> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&db.target)
-        .await?;
-    sqlx::raw_sql(AssertSqlSafe(format!(
-        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
-        db.schema
-    )))
-    .execute(&pool)
-    .await?;
-    pool.close().await;
-    Ok(())
 }
 
 pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
@@ -205,23 +194,20 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
     }
 
     if plan.wants("schedule") {
-        say(
-            &plan,
-            "a scheduled event's start in a worker process after its due time",
-        );
-        let target = fresh(db);
-        let samples = if plan.quick { 100 } else { 400 };
-        let outcome = super::pg_schedule::lateness(&target, plan.workers, samples).await;
-        let cleanup = drop_schema(&target).await;
-        let e = outcome?;
-        cleanup?;
-        r.double_completions += e.doubles;
-        r.lost_events += e.lost;
-        let mut late: Vec<f64> = e.latencies_us.iter().map(|us| us / 1000.0).collect();
-        late.sort_by(f64::total_cmp);
-        r.scheduled_late_samples = late.len() as u64;
-        r.scheduled_late_p50_ms = percentile(&late, 0.50);
-        r.scheduled_late_p99_ms = percentile(&late, 0.99);
+        let f = super::pg_schedule::run(db, plan.workers, plan.quick, plan.runs, |what| {
+            say(&plan, what)
+        })
+        .await?;
+        r.double_completions += f.doubles;
+        r.lost_events += f.lost;
+        r.scheduled_late_samples = f.late_samples;
+        r.scheduled_late_p50_ms = f.late_p50_ms;
+        r.scheduled_late_p99_ms = f.late_p99_ms;
+        r.scheduled_rows = f.rows;
+        r.scheduled_empty_publish_eps = f.empty.publish_eps;
+        r.scheduled_full_publish_eps = f.full.publish_eps;
+        r.scheduled_empty_drain_eps = f.empty.drain_eps;
+        r.scheduled_full_drain_eps = f.full.drain_eps;
     }
 
     if plan.wants("dlq") {

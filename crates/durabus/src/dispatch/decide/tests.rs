@@ -47,6 +47,7 @@ fn failed(key: Option<&str>) -> Ran {
             causes: vec!["connection reset".into()],
         }),
         deferred_until: None,
+        snoozed: None,
     }
 }
 
@@ -60,6 +61,7 @@ fn success_is_done_with_the_delivery_records() {
             delivered: vec!["audit".into(), "pay".into()],
             failure: None,
             deferred_until: None,
+            snoozed: None,
         },
         &policy(3),
         NOW,
@@ -204,6 +206,7 @@ fn a_breaker_deferral_keeps_count_and_errors() {
             delivered: vec!["audit".into(), "mail".into()],
             failure: None,
             deferred_until: Some(until),
+            snoozed: None,
         },
         &policy(3),
         NOW,
@@ -234,6 +237,7 @@ fn a_failure_wins_over_a_deferral() {
             causes: vec![],
         }),
         deferred_until: Some(NOW),
+        snoozed: None,
     };
     let d = decide(event(0, &[]), ran, &policy(3), NOW, 0.5);
     assert!(matches!(d.outcome, Outcome::Retry { retry_count: 1, .. }));
@@ -297,4 +301,35 @@ fn attempts_used_up_by_interruptions_dead_letter_without_running() {
             exhausted_by_interruptions: true,
         }
     );
+}
+
+#[test]
+fn a_snooze_reschedules_at_the_earliest_wanted_time_without_a_failure() {
+    let e = event(1, &["attempt 1 [pay]: x"]);
+    let id = e.id;
+    let until = Timestamp(NOW.0 + 30_000);
+    let breaker = Timestamp(NOW.0 + 10_000);
+    let d = decide(
+        e,
+        Ran::Handlers {
+            delivered: vec!["audit".into()],
+            failure: None,
+            deferred_until: Some(breaker),
+            snoozed: Some((until, vec!["pay".into()])),
+        },
+        &policy(3),
+        NOW,
+        0.5,
+    );
+    assert_eq!(
+        d.outcome,
+        Outcome::Snooze {
+            id,
+            delivered: vec!["audit".into()],
+            next_attempt_at: breaker,
+            subscriptions: vec!["pay".into()],
+        }
+    );
+    assert_eq!(d.pass, Pass::Deferred);
+    assert_eq!(d.log, Log::Snoozed { until: breaker });
 }

@@ -110,6 +110,25 @@ impl EventStore for PgStore {
         .await
     }
 
+    async fn snoozes(&self, id: EventId, key: &str) -> Result<u32> {
+        self.noted(async {
+            self.check()?;
+            let s = &self.sql.schema;
+            let row = q(&format!(
+                "SELECT count FROM {s}.snoozes WHERE event_id = $1 AND subscription = $2"
+            ))
+            .bind(id.0)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(match row {
+                Some(r) => u32::try_from(r.try_get::<i32, _>(0)?).unwrap_or(0),
+                None => 0,
+            })
+        })
+        .await
+    }
+
     async fn next_due(&self) -> Result<Option<Timestamp>> {
         self.noted(async {
             self.check()?;
@@ -194,7 +213,7 @@ impl EventStore for PgStore {
                 }
             }
             let wakes = outcomes.iter().any(|o| match o {
-                Outcome::Retry { .. } => true,
+                Outcome::Retry { .. } | Outcome::Snooze { .. } => true,
                 Outcome::Dead { death, .. } => death.announcement.is_some(),
                 Outcome::Done { .. } => false,
             });

@@ -43,6 +43,17 @@ impl PgStore {
             let Some(t) = t else { continue };
             let (id, retry_count, errors, delivered, next) = match o {
                 Outcome::Done { .. } => continue,
+                Outcome::Snooze {
+                    id,
+                    delivered,
+                    next_attempt_at,
+                    subscriptions,
+                } => {
+                    flags[i] = self
+                        .snoozed(tx, *id, *t, delivered, *next_attempt_at, subscriptions, now)
+                        .await?;
+                    continue;
+                }
                 Outcome::Retry {
                     id,
                     retry_count,
@@ -96,6 +107,51 @@ impl PgStore {
             }
         }
         Ok(flags)
+    }
+
+    /// Writes a snooze in `tx` if this process still holds the event (`token`): pending again
+    /// at `next` (or `cancelled`, if a cancel came during the attempt), and one more snooze
+    /// counted for each subscription in `keys`. Returns whether it was written.
+    #[allow(clippy::too_many_arguments)]
+    async fn snoozed(
+        &self,
+        tx: &mut Transaction<'_, Postgres>,
+        id: EventId,
+        token: Uuid,
+        delivered: &[String],
+        next: Timestamp,
+        keys: &[String],
+        now: i64,
+    ) -> Result<bool> {
+        let s = &self.sql.schema;
+        let written = q(&format!(
+            "UPDATE {s}.events SET
+                 status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+                 delivered = $3, updated_at = $4,
+                 next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE $5 END,
+                 lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
+             WHERE id = $1 AND status = 'processing' AND lease_token = $2 RETURNING id"
+        ))
+        .bind(id.0)
+        .bind(token)
+        .bind(json_list(delivered)?)
+        .bind(now)
+        .bind(next.as_millis())
+        .fetch_optional(&mut **tx)
+        .await?
+        .is_some();
+        if written {
+            q(&format!(
+                "INSERT INTO {s}.snoozes (event_id, subscription, count)
+                 SELECT $1, k, 1 FROM UNNEST($2::text[]) AS k
+                 ON CONFLICT (event_id, subscription) DO UPDATE SET count = {s}.snoozes.count + 1"
+            ))
+            .bind(id.0)
+            .bind(keys)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(written)
     }
 
     /// Writes completions alone (no other outcome, no snapshot) in one statement committed on

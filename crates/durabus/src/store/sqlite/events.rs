@@ -145,6 +145,28 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
             waiting(conn, &sql.waiting_pending, *id)?;
             n
         }
+        Outcome::Snooze {
+            id,
+            delivered,
+            next_attempt_at,
+            subscriptions,
+        } => {
+            let id_text = id.to_string();
+            let n = conn.prepare_cached(&sql.record_snooze)?.execute(params![
+                id_text,
+                json_list(delivered)?,
+                now_ms,
+                next_attempt_at.as_millis()
+            ])?;
+            if n == 1 {
+                waiting(conn, &sql.waiting_pending, *id)?;
+                let mut up = conn.prepare_cached(&sql.snooze_count_up)?;
+                for key in subscriptions {
+                    up.execute(params![id_text, key])?;
+                }
+            }
+            n
+        }
         Outcome::Dead {
             id,
             retry_count,
@@ -205,7 +227,7 @@ impl WriteOp for Record {
         // wake finds nothing new: harmless).
         self.0.iter().zip(applied).any(|(o, ok)| {
             *ok && match o {
-                Outcome::Retry { .. } => true,
+                Outcome::Retry { .. } | Outcome::Snooze { .. } => true,
                 Outcome::Dead { death, .. } => death.announcement.is_some(),
                 Outcome::Done { .. } => false,
             }
@@ -286,6 +308,18 @@ impl EventStore for SqliteStore {
                 .query_row([], |r| r.get::<_, Option<i64>>(0))
                 .optional()
                 .map(|v| v.flatten().map(Timestamp))
+        })
+        .await
+    }
+
+    async fn snoozes(&self, id: EventId, key: &str) -> Result<u32> {
+        let sql = self.sql.clone();
+        let key = key.to_owned();
+        self.read(move |c| {
+            c.prepare_cached(&sql.snooze_count)?
+                .query_row(params![id.to_string(), key], |r| r.get::<_, u32>(0))
+                .optional()
+                .map(Option::unwrap_or_default)
         })
         .await
     }

@@ -15,6 +15,7 @@ pub mod publish;
 pub mod replay;
 pub mod retry;
 pub mod schedule;
+pub mod snooze;
 pub mod stats;
 pub mod store;
 pub mod telemetry;

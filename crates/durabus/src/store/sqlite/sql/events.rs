@@ -110,6 +110,23 @@ pub(super) const RECORD_RETRY: &str =
              next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?6 END
          WHERE id = ?1 AND status = 'processing'";
 
+/// Outcome: handlers snoozed: pending again at `?4`, retry count and errors untouched (or
+/// `cancelled`, if a cancel came during the attempt).
+pub(super) const RECORD_SNOOZE: &str =
+    "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+             delivered = ?2, updated_at = ?3,
+             next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?4 END
+         WHERE id = ?1 AND status = 'processing'";
+
+/// One more snooze of event `?1` by subscription `?2`.
+pub(super) const SNOOZE_COUNT_UP: &str =
+    "INSERT INTO {p}snoozes (event_id, subscription, count) VALUES (?1, ?2, 1)
+         ON CONFLICT (event_id, subscription) DO UPDATE SET count = count + 1";
+
+/// How often subscription `?2` has snoozed event `?1`.
+pub(super) const SNOOZE_COUNT: &str =
+    "SELECT count FROM {p}snoozes WHERE event_id = ?1 AND subscription = ?2";
+
 /// Outcome: dead letter (or `cancelled`, if a cancel came during the attempt). Returns the
 /// event's dead-letter count before this death (above 0: its record gets a new round) and
 /// whether it was cancelled instead (no record then).

@@ -106,6 +106,9 @@ statements! {
     record_done = events::RECORD_DONE;
     record_done_revived = events::RECORD_DONE_REVIVED;
     record_retry = events::RECORD_RETRY;
+    record_snooze = events::RECORD_SNOOZE;
+    snooze_count_up = events::SNOOZE_COUNT_UP;
+    snooze_count = events::SNOOZE_COUNT;
     record_dead = events::RECORD_DEAD;
     release = events::RELEASE;
     recover = events::RECOVER;
