@@ -51,7 +51,7 @@ pub enum EventsCommand {
         payload: Option<String>,
         /// Not delivered before this long from now: a whole number of ms, s, m, h or d (90s,
         /// 15m, 2h).
-        #[arg(long, value_parser = parse_delay, conflicts_with = "at")]
+        #[arg(long, value_parser = parse_delay, conflicts_with = "at", allow_hyphen_values = true)]
         delay: Option<Duration>,
         /// Not delivered before this time (RFC 3339); a time in the past means now.
         #[arg(long)]

@@ -47,6 +47,18 @@ fn bad_arguments_are_refused() {
         "{}",
         stderr(&o)
     );
+    // Publish options out of range: refused before anything is written.
+    for (args, says) in [
+        (vec!["--delay", "-5s"], "is negative"),
+        (vec!["--delay", "5"], "has no unit"),
+        (vec!["--priority", "101"], "priority"),
+    ] {
+        let mut all = vec!["events", "publish", "x.y", "{}"];
+        all.extend(args);
+        let o = durabus(&db, &all);
+        assert_ne!(o.status.code(), Some(0), "{all:?}");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+    }
     assert_one_line_failure(
         &durabus(
             &db,
