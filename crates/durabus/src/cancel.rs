@@ -74,6 +74,23 @@ pub enum CancelOutcome {
     Running,
 }
 
+impl CancelOutcome {
+    /// The name stored in the database and shown in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CancelOutcome::Cancelled => "cancelled",
+            CancelOutcome::Running => "running",
+        }
+    }
+
+    /// The outcome stored as `text`, if it is one.
+    pub fn parse(text: &str) -> Option<CancelOutcome> {
+        [CancelOutcome::Cancelled, CancelOutcome::Running]
+            .into_iter()
+            .find(|o| o.as_str() == text)
+    }
+}
+
 /// A cancellation on record.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,6 +263,15 @@ mod tests {
         };
         let e = plan(id, s, None).unwrap_err();
         assert!(e.to_string().contains("dead-letter record"), "{e}");
+    }
+
+    #[test]
+    fn outcomes_round_trip_through_their_stored_names() {
+        for o in [CancelOutcome::Cancelled, CancelOutcome::Running] {
+            assert_eq!(CancelOutcome::parse(o.as_str()), Some(o));
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        assert_eq!(CancelOutcome::parse("done"), None);
     }
 
     #[test]

@@ -22,27 +22,14 @@ fn list(row: &PgRow, col: &str) -> Result<Vec<String>> {
     }
 }
 
-fn outcome_text(o: CancelOutcome) -> &'static str {
-    match o {
-        CancelOutcome::Cancelled => "cancelled",
-        CancelOutcome::Running => "running",
-    }
-}
-
 fn cancellation(row: &PgRow) -> Result<Cancellation> {
     let outcome: String = row.try_get("outcome")?;
     Ok(Cancellation {
         event_id: EventId(row.try_get::<Uuid, _>("event_id")?),
         subscription: row.try_get("subscription")?,
-        outcome: match outcome.as_str() {
-            "running" => CancelOutcome::Running,
-            "cancelled" => CancelOutcome::Cancelled,
-            other => {
-                return Err(Error::Internal(format!(
-                    "unknown cancel outcome {other:?} on record"
-                )));
-            }
-        },
+        outcome: CancelOutcome::parse(&outcome).ok_or_else(|| {
+            Error::Internal(format!("unknown cancel outcome {outcome:?} on record"))
+        })?,
         actor: row.try_get("actor")?,
         reason: row.try_get("reason")?,
         cancelled_at: Timestamp(row.try_get("cancelled_at")?),
@@ -131,7 +118,7 @@ impl CancelStore for PgStore {
             ))
             .bind(r.event_id.0)
             .bind(r.subscription.as_deref())
-            .bind(outcome_text(outcome))
+            .bind(outcome.as_str())
             .bind(&r.actor.name)
             .bind(r.actor.kind.as_str())
             .bind(&r.reason)

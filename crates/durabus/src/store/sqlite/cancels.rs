@@ -21,24 +21,14 @@ fn list(row: &Row<'_>, col: usize) -> rusqlite::Result<Vec<String>> {
     }
 }
 
-fn outcome_text(o: CancelOutcome) -> &'static str {
-    match o {
-        CancelOutcome::Cancelled => "cancelled",
-        CancelOutcome::Running => "running",
-    }
-}
-
 fn cancellation_from_row(row: &Row<'_>) -> rusqlite::Result<Cancellation> {
     let id: String = row.get(0)?;
     let outcome: String = row.get(2)?;
     Ok(Cancellation {
         event_id: id.parse().map_err(|e: Error| corrupt(0, e.to_string()))?,
         subscription: row.get(1)?,
-        outcome: match outcome.as_str() {
-            "running" => CancelOutcome::Running,
-            "cancelled" => CancelOutcome::Cancelled,
-            other => return Err(corrupt(2, format!("unknown cancel outcome {other:?}"))),
-        },
+        outcome: CancelOutcome::parse(&outcome)
+            .ok_or_else(|| corrupt(2, format!("unknown cancel outcome {outcome:?}")))?,
         actor: row.get(3)?,
         reason: row.get(4)?,
         cancelled_at: Timestamp(row.get(5)?),
@@ -99,7 +89,7 @@ impl WriteOp for Cancel {
         conn.prepare_cached(&sql.cn_insert)?.execute(params![
             id,
             r.subscription,
-            outcome_text(outcome),
+            outcome.as_str(),
             r.actor.name,
             r.actor.kind.as_str(),
             r.reason,
