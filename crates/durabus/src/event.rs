@@ -292,6 +292,14 @@ impl NewEvent {
         self
     }
 
+    /// A second publish with `key` within `window` returns this one's id and stores nothing
+    /// ([`PublishOptions::dedup`]).
+    #[must_use]
+    pub fn dedup(mut self, key: impl Into<String>, window: std::time::Duration) -> Self {
+        self.options = self.options.dedup(key, window);
+        self
+    }
+
     /// When it is due if published at `now`, if later than `now` (a scheduled event).
     pub fn due_at(&self, now: Timestamp) -> Option<Timestamp> {
         self.options.due_at(now)

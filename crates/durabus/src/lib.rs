@@ -166,7 +166,7 @@ pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
     ActBatch, ActReport, Backend, ChunkWrite, DeadLetterStore, EventQuery, EventStore, InsertMode,
     JobRow, JobStart, JobStore, OperationStore, Outcome, QueryStore, RetryCount, StatusCount,
-    Store, StoreLifecycle, SubscriptionRow, SubscriptionStore,
+    Store, StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 #[cfg(feature = "opentelemetry")]

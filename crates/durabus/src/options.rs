@@ -27,6 +27,14 @@
 //! backlog that never drains, lower priorities wait: a steady stream of priority-10 events
 //! faster than the handlers starves priority 0 for as long as it lasts (no ageing). Use
 //! priorities to let urgent events overtake a backlog, not as a share of the throughput.
+//!
+//! **Dedup windows.** [`PublishOptions::dedup`] names a key and a window: a second publish with
+//! the same key inside the window stores nothing and returns the id of the first event (the
+//! window runs from the first one's publish). After the window the key is free again, and the
+//! next publish with it stores a new event and opens a new window. Keys are bus-wide (put the
+//! event type in the key to scope it to one type). An event id given with
+//! [`NewEvent::with_id`](crate::NewEvent::with_id) is the window-less case: an id is stored
+//! once, forever.
 
 use std::time::Duration;
 
@@ -43,10 +51,30 @@ pub const DELAY_MAX: Duration = Duration::from_secs(100 * 366 * 24 * 3600);
 
 /// When and in what order an event is delivered. [`Default`] is due now, priority 0: what
 /// every publish without options does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PublishOptions {
     when: Option<When>,
     priority: i16,
+    dedup: Option<Dedup>,
+}
+
+/// The longest a dedup key may be, in bytes.
+pub const DEDUP_KEY_MAX: usize = 255;
+
+/// A dedup key and its window (see [`PublishOptions::dedup`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Dedup {
+    /// The key: 1 to [`DEDUP_KEY_MAX`] bytes.
+    pub key: String,
+    /// How long after the first publish with the key a second one is a duplicate.
+    pub window: Duration,
+}
+
+impl Dedup {
+    /// When the window of a key first published at `now` closes.
+    pub fn expires(&self, now: Timestamp) -> Timestamp {
+        now.plus(self.window)
+    }
 }
 
 /// A due time: fixed, or relative to the moment of publishing (the bus's clock).
@@ -86,6 +114,23 @@ impl PublishOptions {
         self
     }
 
+    /// A second publish with `key` within `window` of the first stores nothing and returns the
+    /// first event's id. `key` is 1 to [`DEDUP_KEY_MAX`] bytes; `window` is more than zero and at
+    /// most [`DELAY_MAX`] ([`check`](Self::check) refuses others).
+    #[must_use]
+    pub fn dedup(mut self, key: impl Into<String>, window: Duration) -> Self {
+        self.dedup = Some(Dedup {
+            key: key.into(),
+            window,
+        });
+        self
+    }
+
+    /// The dedup key and window set, if any.
+    pub fn dedup_value(&self) -> Option<&Dedup> {
+        self.dedup.as_ref()
+    }
+
     /// The priority set (0 unless [`priority`](Self::priority) set another).
     pub fn priority_value(&self) -> i16 {
         self.priority
@@ -103,7 +148,8 @@ impl PublishOptions {
 
     /// Checks the options against their ranges: fails with [`Error::Invalid`] (kind
     /// [`InvalidInput`](crate::ErrorKind::InvalidInput)) for a priority out of range, a delay
-    /// longer than [`DELAY_MAX`] or a due time past the year 9999. Every way of publishing runs
+    /// longer than [`DELAY_MAX`], a due time past the year 9999, an empty or over-long dedup
+    /// key or a dedup window of zero or over [`DELAY_MAX`]. Every way of publishing runs
     /// this (through [`NewEvent::check`](crate::NewEvent::check)) before anything is written.
     pub fn check(&self) -> Result<()> {
         if !(PRIORITY_MIN..=PRIORITY_MAX).contains(&self.priority) {
@@ -112,6 +158,22 @@ impl PublishOptions {
                 format!("{} is out of range", self.priority),
                 format!("a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}"),
             ));
+        }
+        if let Some(d) = &self.dedup {
+            if d.key.is_empty() || d.key.len() > DEDUP_KEY_MAX {
+                return Err(Error::invalid(
+                    "dedup_key",
+                    format!("a key of {} bytes", d.key.len()),
+                    format!("1 to {DEDUP_KEY_MAX} bytes"),
+                ));
+            }
+            if d.window.is_zero() || d.window > DELAY_MAX {
+                return Err(Error::invalid(
+                    "dedup_window",
+                    format!("{} ms", d.window.as_millis()),
+                    "more than 0 and at most 100 years",
+                ));
+            }
         }
         match self.when {
             Some(When::After(delay)) if delay > DELAY_MAX => Err(Error::invalid(
@@ -228,6 +290,43 @@ mod tests {
                 .deliver_at(Timestamp(-5))
                 .check()
                 .is_ok()
+        );
+    }
+
+    #[test]
+    fn dedup_keys_and_windows_out_of_range_are_typed_errors() {
+        let field = |o: PublishOptions| {
+            o.check()
+                .err()
+                .and_then(|e| e.invalid_value())
+                .map(|i| i.field)
+        };
+        let minute = Duration::from_secs(60);
+        assert_eq!(field(PublishOptions::new().dedup("order-7", minute)), None);
+        assert_eq!(
+            field(PublishOptions::new().dedup("k".repeat(DEDUP_KEY_MAX), minute)),
+            None
+        );
+        assert_eq!(
+            field(PublishOptions::new().dedup("", minute)).as_deref(),
+            Some("dedup_key")
+        );
+        assert_eq!(
+            field(PublishOptions::new().dedup("k".repeat(DEDUP_KEY_MAX + 1), minute)).as_deref(),
+            Some("dedup_key")
+        );
+        assert_eq!(
+            field(PublishOptions::new().dedup("k", Duration::ZERO)).as_deref(),
+            Some("dedup_window")
+        );
+        assert_eq!(
+            field(PublishOptions::new().dedup("k", DELAY_MAX + minute)).as_deref(),
+            Some("dedup_window")
+        );
+        let d = PublishOptions::new().dedup("k", minute);
+        assert_eq!(
+            d.dedup_value().map(|d| d.expires(Timestamp(1_000))),
+            Some(Timestamp(61_000))
         );
     }
 

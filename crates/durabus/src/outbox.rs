@@ -15,6 +15,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::published::Published;
+use crate::store::Stored;
 use crate::store::sqlite::{Sql, insert_with_snapshots};
 
 /// The payload limit of an [`Outbox`] unless set: the bus's default, 1 MiB.
@@ -131,17 +132,20 @@ impl Outbox {
     }
 
     /// [`publish`](Self::publish) for a prepared [`NewEvent`]. If an event with its id is
-    /// already stored, nothing is written and the id is returned (idempotent publish).
+    /// already stored, nothing is written and the id is returned (idempotent publish); if its
+    /// dedup key is held by an open window, nothing is written and the first event's id is
+    /// returned.
     pub fn publish_event(&self, conn: &Connection, event: NewEvent) -> Result<EventId> {
         let id = event.id;
-        self.publish_batch(conn, vec![event])?;
-        Ok(id)
+        let ids = self.publish_batch(conn, vec![event])?;
+        Ok(ids.first().copied().unwrap_or(id))
     }
 
     /// Writes many events on `conn`, all or none: every event is checked first, and the
     /// writes run inside a savepoint that is rolled back if one fails, so a failed call leaves
-    /// the caller's transaction as it was. Events whose id is already stored are skipped.
-    /// Returns the ids in order.
+    /// the caller's transaction as it was. Events whose id is already stored are skipped, and
+    /// so are events whose dedup key an open window holds. Returns the ids in order (for a
+    /// deduplicated event, the first event's id).
     pub fn publish_batch(
         &self,
         conn: &Connection,
@@ -152,7 +156,7 @@ impl Outbox {
         for e in &events {
             e.check(self.max_payload_bytes)?;
         }
-        let ids = events.iter().map(|e| e.id).collect();
+        let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
         if events.is_empty() {
             return Ok(ids);
         }
@@ -172,7 +176,11 @@ impl Outbox {
                 // counted all the same (the bus cannot see the application's commit).
                 self.published
                     .count(events.iter().map(|e| e.event_type.as_str()), &stored);
-                Ok(ids)
+                Ok(ids
+                    .into_iter()
+                    .zip(stored)
+                    .map(|(id, s)| s.id(id))
+                    .collect())
             }
             Err(e) => {
                 let undone =
@@ -193,14 +201,13 @@ impl Outbox {
         }
     }
 
-    /// Writes `events` and their `published` snapshots; one flag per event, `true` when it was
-    /// stored.
+    /// Writes `events` and their `published` snapshots; one [`Stored`] per event.
     fn write(
         &self,
         conn: &Connection,
         events: &[NewEvent],
         now: crate::Timestamp,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Stored>> {
         let snapshots = self.published.snapshots(events, now)?;
         insert_with_snapshots(
             conn,

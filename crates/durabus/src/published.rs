@@ -8,6 +8,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::NewEvent;
 use crate::payload::{ConfigCache, NewSnapshot, published_snapshot};
+use crate::store::Stored;
 use crate::telemetry::Telemetry;
 
 /// A bus's publish side: its metrics, and its payload configuration when automatic snapshots
@@ -65,15 +66,15 @@ impl Published {
         Ok(out)
     }
 
-    /// Counts the events a publish stored (`inserted`: one flag per event of `types`, `false`
-    /// for an id already stored), a run of one type at a time.
-    pub(crate) fn count<'a>(&self, types: impl IntoIterator<Item = &'a str>, inserted: &[bool]) {
+    /// Counts the events a publish stored (`inserted`: one per event of `types`; only new ones
+    /// count), a run of one type at a time.
+    pub(crate) fn count<'a>(&self, types: impl IntoIterator<Item = &'a str>, inserted: &[Stored]) {
         let Some(telemetry) = &self.telemetry else {
             return;
         };
         let mut run: Option<(&str, u64)> = None;
         for (event_type, stored) in types.into_iter().zip(inserted) {
-            if !stored {
+            if !stored.is_new() {
                 continue;
             }
             match &mut run {

@@ -59,6 +59,13 @@ pub enum EventsCommand {
         /// Priority among due events, higher first: -100 to 100 (default 0).
         #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
         priority: i16,
+        /// A dedup key (1 to 255 bytes): a publish with the same key within --dedup-window of
+        /// the first stores nothing and prints the first event's id.
+        #[arg(long, requires = "dedup_window")]
+        dedup: Option<String>,
+        /// How long the dedup key holds (90s, 15m, 2h; more than 0).
+        #[arg(long, value_parser = parse_window, requires = "dedup", allow_hyphen_values = true)]
+        dedup_window: Option<Duration>,
     },
     /// Cancel an event that has not been delivered, for every subscription or one. A waiting
     /// event never runs; a running one finishes its attempt and no retry follows it. Recorded
@@ -111,9 +118,14 @@ pub async fn run(
         delay,
         at,
         priority,
+        dedup,
+        dedup_window,
     } = command
     {
         let mut options = PublishOptions::new().priority(priority);
+        if let (Some(key), Some(window)) = (dedup, dedup_window) {
+            options = options.dedup(key, window);
+        }
         if let Some(d) = delay {
             options = options.delay(d);
         }
@@ -208,6 +220,11 @@ fn parse_delay(text: &str) -> Result<Duration, String> {
     durabus::options::parse_delay("delay", text).map_err(|e| e.to_string())
 }
 
+/// `--dedup-window` as clap parses it (a window of 0 is refused when the event is checked).
+fn parse_window(text: &str) -> Result<Duration, String> {
+    durabus::options::parse_delay("dedup_window", text).map_err(|e| e.to_string())
+}
+
 async fn publish(
     store: std::sync::Arc<dyn durabus::Store>,
     json: bool,
@@ -218,7 +235,9 @@ async fn publish(
     let text = payload_text(payload)?;
     let value: serde_json::Value = serde_json::from_str(text.trim())
         .map_err(|e| anyhow::anyhow!("the payload is not JSON: {e}"))?;
+    let priority = options.priority_value();
     let event = NewEvent::new(event_type, &value)?.with_options(options);
+    let own = event.id;
     let bus = durabus::EventBus::builder()
         .store(store)
         .deliver(false)
@@ -228,17 +247,22 @@ async fn publish(
     let id = bus.enqueue_event(event).await;
     bus.shutdown().await?;
     let id = id?;
-    let status = if due.is_some() {
-        EventStatus::Scheduled
-    } else {
-        EventStatus::Pending
+    // A dedup key held by an open window: nothing was stored; the id is the first event's.
+    let duplicate = id != own;
+    let status = match (duplicate, due) {
+        (true, _) => None,
+        (false, Some(_)) => Some(EventStatus::Scheduled),
+        (false, None) => Some(EventStatus::Pending),
     };
     if json {
         output::json(&serde_json::json!({
             "id": id, "type": event_type, "status": status, "deliver_at": due,
-            "priority": options.priority_value(),
+            "priority": priority, "duplicate": duplicate,
         }))
     } else {
+        if duplicate {
+            eprintln!("the dedup key is held by an earlier event: nothing was stored; its id:");
+        }
         outln!("{id}");
         Ok(())
     }

@@ -6,7 +6,7 @@ use super::EventBus;
 use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::payload::NewSnapshot;
-use crate::store::InsertMode;
+use crate::store::{InsertMode, Stored};
 use tracing::Instrument;
 
 impl EventBus {
@@ -99,19 +99,20 @@ impl EventBus {
                 );
                 // Idempotent publish: an event with this id is already stored (and delivered, or
                 // on its way); it is not delivered again.
-                if inserted.first() == Some(&true) {
+                let stored = inserted.first().copied().unwrap_or(Stored::Known);
+                if stored.is_new() {
                     dispatcher
                         .deliver(event.into_event(EventStatus::Processing, now))
                         .await;
                 }
                 drop(guard);
                 crate::fail_point!("publish.before_reply");
-                Ok(())
+                Ok(stored.id(id))
             }
             .instrument(span),
         );
         match task.await {
-            Ok(result) => result.map(|()| id),
+            Ok(result) => result,
             Err(e) => Err(Error::Internal(format!("the publish task failed: {e}"))),
         }
     }
@@ -154,9 +155,11 @@ impl EventBus {
         } else {
             self.dispatcher().handoff().take()
         };
+        let dedup = event.options.dedup_value().is_some();
         let inserted = match turn {
-            Some(turn) => self.insert_handed(event, snapshots, now, turn).await?,
-            None => {
+            // A dedup key may be taken: such an event is stored pending, not handed over.
+            Some(turn) if !dedup => self.insert_handed(event, snapshots, now, turn).await?,
+            _ => {
                 self.insert_pending(vec![event], snapshots, now, early)
                     .await?
             }
@@ -168,7 +171,7 @@ impl EventBus {
             started,
         );
         crate::fail_point!("publish.before_reply");
-        Ok(id)
+        Ok(inserted.first().map_or(id, |s| s.id(id)))
     }
 
     /// Stores `event` claimed by this process and hands it to the idle worker loop
@@ -182,7 +185,7 @@ impl EventBus {
         snapshots: Vec<NewSnapshot>,
         now: crate::Timestamp,
         turn: crate::dispatch::handoff::Turn,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Stored>> {
         let dispatcher = self.dispatcher().clone();
         // Held until the event is handed over or given back: shutdown waits for it, so the
         // store is still open for the give-back.
@@ -194,7 +197,7 @@ impl EventBus {
                 .insert_with(vec![event.clone()], snapshots, InsertMode::Claimed, now)
                 .await
                 .map_err(Self::map_closed)?;
-            if inserted.first() == Some(&true)
+            if inserted.first().is_some_and(|s| s.is_new())
                 && let Some(back) = turn.give(event.into_event(EventStatus::Processing, now))
             {
                 // The loop stopped meanwhile (shutdown): back to pending, no attempt counted.
@@ -225,7 +228,7 @@ impl EventBus {
         snapshots: Vec<crate::payload::NewSnapshot>,
         now: crate::Timestamp,
         early: bool,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Stored>> {
         if early {
             // Deliberately broken (the reliability suite's self-test): answers before the
             // events are committed, so a crash right after the answer loses them. The write
@@ -239,7 +242,7 @@ impl EventBus {
                     .insert_with(events, snapshots, InsertMode::Pending, now)
                     .await;
             });
-            return Ok(vec![true; n]);
+            return Ok(vec![Stored::New; n]);
         }
         self.store()
             .insert_with(events, snapshots, InsertMode::Pending, now)
@@ -262,7 +265,7 @@ impl EventBus {
         for event in &events {
             self.check_size(event)?;
         }
-        let ids = events.iter().map(|e| e.id).collect();
+        let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
         if events.is_empty() {
             return Ok(ids);
         }
@@ -280,7 +283,11 @@ impl EventBus {
             started,
         );
         crate::fail_point!("publish.before_reply");
-        Ok(ids)
+        Ok(ids
+            .into_iter()
+            .zip(inserted)
+            .map(|(id, s)| s.id(id))
+            .collect())
     }
 }
 
@@ -303,7 +310,7 @@ fn acks_early() -> bool {
 fn counted<'a>(
     published: &crate::published::Published,
     types: impl IntoIterator<Item = &'a str>,
-    inserted: &[bool],
+    inserted: &[Stored],
     started: std::time::Instant,
 ) {
     if let Some(t) = published.telemetry() {

@@ -36,6 +36,7 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(5, "sqlite", "0005_shared_snapshots.sql", "shared_snapshots"),
     migration!(6, "sqlite", "0006_group_trends.sql", "group_trends"),
     migration!(7, "sqlite", "0007_publish_options.sql", "publish_options"),
+    migration!(8, "sqlite", "0008_dedup.sql", "dedup"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -47,6 +48,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
     migration!(4, "postgres", "0004_replay.sql", "replay"),
     migration!(5, "postgres", "0005_group_trends.sql", "group_trends"),
     migration!(6, "postgres", "0006_publish_options.sql", "publish_options"),
+    migration!(7, "postgres", "0007_dedup.sql", "dedup"),
 ];
 
 /// The newest version in `migrations`.

@@ -48,7 +48,7 @@ pub use payload_store::PayloadStore;
 pub use types::{
     ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
     NEW_GROUP_WINDOW, Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount,
-    StoreGauges, SubscriptionRow,
+    StoreGauges, Stored, SubscriptionRow,
 };
 
 /// Scheduled events a claim makes pending at most, earliest due first: a claim takes due
@@ -75,7 +75,7 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
         events: Vec<NewEvent>,
         mode: InsertMode,
         now: Timestamp,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Stored>> {
         self.insert_with(events, Vec::new(), mode, now).await
     }
 
@@ -87,7 +87,7 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
         snapshots: Vec<NewSnapshot>,
         mode: InsertMode,
         now: Timestamp,
-    ) -> Result<Vec<bool>>;
+    ) -> Result<Vec<Stored>>;
 
     /// Moves up to `limit` due `pending` events (`next_attempt_at <= now`) to `processing` and
     /// returns them, earliest due first. On PostgreSQL this also takes over events whose lease

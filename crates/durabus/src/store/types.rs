@@ -187,6 +187,34 @@ pub enum InsertMode {
     Claimed,
 }
 
+/// What an insert did with one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    /// Newly stored.
+    New,
+    /// An event with its id was stored already: nothing was written.
+    Known,
+    /// Its dedup key was taken, within its window, by the event with this id: nothing was
+    /// written (see [`PublishOptions::dedup`](crate::PublishOptions::dedup)).
+    Duplicate(EventId),
+}
+
+impl Stored {
+    /// Whether the event was newly stored.
+    pub fn is_new(self) -> bool {
+        self == Stored::New
+    }
+
+    /// The id a publish of the event `own` answers: its own, or the first event's of its
+    /// dedup window.
+    pub fn id(self, own: EventId) -> EventId {
+        match self {
+            Stored::Duplicate(first) => first,
+            Stored::New | Stored::Known => own,
+        }
+    }
+}
+
 /// Whether a job run could start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobStart {

@@ -146,6 +146,10 @@ macro_rules! all_contract_tests {
             cancel::an_event_cancelled_for_one_subscription_runs_the_others,
             snooze::a_snoozing_handler_is_called_again_later_without_a_failure,
             snooze::snoozes_past_the_cap_count_as_a_failure,
+            dedup::a_second_publish_in_the_window_answers_the_first_id_and_stores_nothing,
+            dedup::a_duplicate_of_a_delayed_event_answers_its_id,
+            dedup::racing_publishes_of_one_key_store_one_event,
+            dedup::bad_dedup_keys_and_windows_are_refused_and_nothing_is_stored,
         );
     };
 }

@@ -241,6 +241,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
             "app_bus_cancellations",
             "app_bus_dead_letter_groups",
             "app_bus_dead_letters",
+            "app_bus_dedup",
             "app_bus_event_payloads",
             "app_bus_events",
             "app_bus_jobs",
@@ -419,5 +420,38 @@ async fn an_outbox_event_can_be_delayed_and_prioritised() {
     })
     .await;
     assert_eq!(*calls.lock().unwrap(), 1);
+    bus.shutdown().await.unwrap();
+}
+
+/// A dedup key travels through the outbox: taken in the application's transaction, given back
+/// when it rolls back, and a second publish of the key in its window answers the first id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outbox_dedup_key_is_taken_in_the_callers_transaction() {
+    let (_dir, path) = temp();
+    let (bus, _) = bus(&path, "app_bus_").await;
+    let outbox = bus.outbox().unwrap();
+    let keyed = |n: i32| {
+        NewEvent::new("order.placed", &n)
+            .unwrap()
+            .dedup("order-1", Duration::from_secs(60))
+    };
+    let mut conn = app_connection(&path);
+    let tx = conn.transaction().unwrap();
+    let dropped = outbox.publish_event(&tx, keyed(1)).unwrap();
+    tx.rollback().unwrap();
+    let tx = conn.transaction().unwrap();
+    let first = outbox.publish_event(&tx, keyed(2)).unwrap();
+    assert_ne!(first, dropped, "a rolled-back publish holds no key");
+    assert_eq!(outbox.publish_event(&tx, keyed(3)).unwrap(), first);
+    tx.commit().unwrap();
+    let ids = outbox.publish_batch(&conn, vec![keyed(4)]).unwrap();
+    assert_eq!(ids, vec![first]);
+    let stored = bus
+        .history()
+        .list(durabus::EventQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].payload, "2");
     bus.shutdown().await.unwrap();
 }

@@ -52,6 +52,10 @@ fn bad_arguments_are_refused() {
         (vec!["--delay", "-5s"], "is negative"),
         (vec!["--delay", "5"], "has no unit"),
         (vec!["--priority", "101"], "priority"),
+        (vec!["--dedup", "k", "--dedup-window", "0s"], "dedup_window"),
+        (vec!["--dedup", "", "--dedup-window", "1h"], "dedup_key"),
+        (vec!["--dedup", "k"], "--dedup-window"),
+        (vec!["--dedup-window", "1h"], "--dedup"),
     ] {
         let mut all = vec!["events", "publish", "x.y", "{}"];
         all.extend(args);

@@ -5,13 +5,13 @@ use async_trait::async_trait;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::{PgStore, insert, q, rows, tx};
+use super::{PgStore, dedup, insert, q, rows, tx};
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, NewEvent};
 use crate::payload::NewSnapshot;
 use crate::store::recovery::{Interruption, WORKER_PLACEHOLDER, interrupted};
-use crate::store::{EventStore, InsertMode, Outcome};
+use crate::store::{EventStore, InsertMode, Outcome, Stored};
 use crate::sync::lock;
 use std::sync::atomic::Ordering;
 
@@ -23,12 +23,13 @@ impl EventStore for PgStore {
         snapshots: Vec<NewSnapshot>,
         mode: InsertMode,
         now: Timestamp,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Stored>> {
         self.noted(async {
             self.check()?;
             if events.is_empty() {
                 return Ok(Vec::new());
             }
+            let deduped = dedup::any(&events);
             let snapshots = insert::own_rows(&events, snapshots)?;
             let (reply, answer) = tokio::sync::oneshot::channel();
             let request = insert::Request {
@@ -38,7 +39,9 @@ impl EventStore for PgStore {
                 claimed: mode == InsertMode::Claimed,
                 reply,
             };
-            if request.events.len() > insert::GROUP_MAX_EVENTS {
+            if deduped {
+                self.inserter.write_deduped(request).await;
+            } else if request.events.len() > insert::GROUP_MAX_EVENTS {
                 self.inserter.write(vec![request]).await;
             } else if let Some(slot) = self.inserter.direct_slot() {
                 self.inserter.write(vec![request]).await;

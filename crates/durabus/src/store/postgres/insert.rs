@@ -18,6 +18,7 @@ use super::sql::PgSql;
 use crate::error::{Error, Result};
 use crate::event::{EventId, NewEvent};
 use crate::payload::NewSnapshot;
+use crate::store::Stored;
 
 /// Requests with more events than this are written on their own (they are a batch already).
 pub(super) const GROUP_MAX_EVENTS: usize = 100;
@@ -32,7 +33,7 @@ pub(super) struct Request {
     pub snapshots: Vec<NewSnapshot>,
     pub now: i64,
     pub claimed: bool,
-    pub reply: oneshot::Sender<Result<Vec<bool>>>,
+    pub reply: oneshot::Sender<Result<Vec<Stored>>>,
 }
 
 /// What an insert needs, shared by the store and its group-commit task.
@@ -263,8 +264,24 @@ impl Inserter {
             }
             rows.snapshots.extend(r.snapshots.iter());
         }
-        let token = Uuid::now_v7();
-        let lease = claimed.then_some((self.worker.as_str(), token, self.lease_ms));
+        let mut conn = self.pool.acquire().await?;
+        // One statement stores and commits in one go here: the point fires just before it.
+        crate::fail_point!("insert.before_commit");
+        let (stored, token) = self.store_rows(&mut conn, &rows, claimed).await?;
+        self.hold(&stored, token);
+        Ok(stored)
+    }
+
+    /// Runs the insert statement for `rows` on `conn`, claimed (under a new lease token, also
+    /// returned) or pending (with a NOTIFY on commit); returns the ids stored.
+    pub(super) async fn store_rows(
+        &self,
+        conn: &mut PgConnection,
+        rows: &Rows<'_>,
+        claimed: bool,
+    ) -> Result<(Vec<Uuid>, Option<Uuid>)> {
+        let token = claimed.then(Uuid::now_v7);
+        let lease = token.map(|t| (self.worker.as_str(), t, self.lease_ms));
         let notify = (!claimed).then_some(Notice {
             channel: &self.channel,
             from: &self.worker,
@@ -273,17 +290,18 @@ impl Inserter {
         // future is dropped after the commit (a direct write runs on the caller's task): this
         // store's listener ignores the NOTIFY echo of its own inserts.
         let _wake = (!claimed).then(|| WakeOnDrop(&self.wake));
-        let mut conn = self.pool.acquire().await?;
-        // One statement stores and commits in one go here: the point fires just before it.
-        crate::fail_point!("insert.before_commit");
-        let stored = insert_rows(&mut conn, &self.sql, &rows, lease, notify).await?;
-        if claimed {
+        let stored = insert_rows(conn, &self.sql, rows, lease, notify).await?;
+        Ok((stored, token))
+    }
+
+    /// Notes the claimed events `stored` under their lease `token` (once they are committed).
+    pub(super) fn hold(&self, stored: &[Uuid], token: Option<Uuid>) {
+        if let Some(token) = token {
             let mut held = crate::sync::lock(&self.held);
-            for id in &stored {
+            for id in stored {
                 held.insert(EventId(*id), token);
             }
         }
-        Ok(stored)
     }
 }
 
@@ -296,10 +314,19 @@ impl Drop for WakeOnDrop<'_> {
     }
 }
 
-/// One flag per event: stored by this statement, and the first of its id (an id given twice
-/// is stored once, for the first caller).
-fn flags(events: &[NewEvent], fresh: &mut HashSet<Uuid>) -> Vec<bool> {
-    events.iter().map(|e| fresh.remove(&e.id.0)).collect()
+/// One [`Stored`] per event: new if stored by this statement and the first of its id (an id
+/// given twice is stored once, for the first caller), else known.
+pub(super) fn flags(events: &[NewEvent], fresh: &mut HashSet<Uuid>) -> Vec<Stored> {
+    events
+        .iter()
+        .map(|e| {
+            if fresh.remove(&e.id.0) {
+                Stored::New
+            } else {
+                Stored::Known
+            }
+        })
+        .collect()
 }
 
 /// The group-commit task: gathers waiting requests, splits them into claimed and not, and

@@ -13,6 +13,7 @@ mod cancels;
 mod dead_letter_act;
 mod dead_letter_rows;
 mod dead_letters;
+mod dedup;
 mod error;
 mod events;
 pub mod gauges;

@@ -11,6 +11,7 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{EventId, NewEvent};
 use crate::published::Published;
+use crate::store::Stored;
 use tracing::Instrument;
 
 /// Writes events into a PostgreSQL bus's tables inside the application's own transaction: the
@@ -78,7 +79,9 @@ impl PgOutbox {
     }
 
     /// Writes many events on `conn` in one statement, all or none. Events whose id is already
-    /// stored are skipped (idempotent publish). Returns the ids in order.
+    /// stored are skipped (idempotent publish), and so are events whose dedup key an open
+    /// window holds (their place in the answer has the first event's id). Returns the ids in
+    /// order.
     pub async fn publish_batch(
         &self,
         conn: &mut PgConnection,
@@ -99,14 +102,26 @@ impl PgOutbox {
         for e in &events {
             e.check(self.max_payload_bytes)?;
         }
-        let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+        let mut ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
         if events.is_empty() {
             return Ok(ids);
         }
+        // Dedup keys are taken in the application's transaction: rolled back with it.
+        let mut kept = Vec::with_capacity(events.len());
+        for (e, id) in events.iter().zip(ids.iter_mut()) {
+            match super::dedup::holder(conn, &self.sql, e, now.as_millis())
+                .await
+                .inspect_err(super::liveness::note_error)?
+            {
+                Some(first) => *id = first,
+                None => kept.push(e),
+            }
+        }
         let snapshots = own_rows(&events, self.published.snapshots(&events, now)?)?;
+        let kept_len = kept.len();
         let rows = Rows {
-            events: events.iter().collect(),
-            created: vec![now.as_millis(); events.len()],
+            events: kept,
+            created: vec![now.as_millis(); kept_len],
             snapshots: snapshots.iter().collect(),
         };
         let stored = insert_rows(
@@ -120,7 +135,19 @@ impl PgOutbox {
         .inspect_err(super::liveness::note_error)?;
         // Counted when written: a transaction the application then rolls back was counted all
         // the same (the bus cannot see the application's commit).
-        let flags: Vec<bool> = events.iter().map(|e| stored.contains(&e.id.0)).collect();
+        let flags: Vec<Stored> = events
+            .iter()
+            .zip(&ids)
+            .map(|(e, id)| {
+                if *id != e.id {
+                    Stored::Duplicate(*id)
+                } else if stored.contains(&e.id.0) {
+                    Stored::New
+                } else {
+                    Stored::Known
+                }
+            })
+            .collect();
         self.published
             .count(events.iter().map(|e| e.event_type.as_str()), &flags);
         Ok(ids)

@@ -93,6 +93,11 @@ impl QueryStore for PgStore {
     async fn purge_history(&self, cutoff: Timestamp, limit: usize) -> Result<u64> {
         self.noted(async {
             self.check()?;
+            // Dedup windows closed by the cutoff go with the history (they hold nothing back).
+            q(&self.sql.dedup_purge)
+                .bind(cutoff.as_millis())
+                .execute(&self.pool)
+                .await?;
             Ok(q(&self.sql.history_purge)
                 .bind(cutoff.as_millis())
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))

@@ -32,6 +32,9 @@ pub struct PgSql {
     pub counts: String,
     pub retry_counts: String,
     pub history_purge: String,
+    pub dedup_take: String,
+    pub dedup_get: String,
+    pub dedup_purge: String,
     pub all_events: String,
     /// The statements of dead letters, operations and jobs.
     pub ops: super::sql_ops::PgOpsSql,
@@ -270,6 +273,16 @@ impl PgSql {
                      RETURNING id)
                  DELETE FROM {s}.event_ids WHERE id IN (SELECT id FROM d)"
             ),
+            // Takes dedup key `$1` for event `$2` until `$3`, unless an open window (one closing
+            // after `$4`, now) holds it: returns a row when it took the key.
+            dedup_take: format!(
+                "INSERT INTO {s}.dedup AS d (key, event_id, expires_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (key) DO UPDATE SET event_id = excluded.event_id, expires_at = excluded.expires_at
+                     WHERE d.expires_at <= $4
+                 RETURNING event_id"
+            ),
+            dedup_get: format!("SELECT event_id FROM {s}.dedup WHERE key = $1"),
+            dedup_purge: format!("DELETE FROM {s}.dedup WHERE expires_at <= $1"),
             all_events: format!(
                 "(SELECT {EVENT_COLUMNS} FROM {s}.events
                   UNION ALL SELECT {LOG_COLUMNS} FROM {s}.event_log) AS all_events"

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::event::{Event, EventId, EventStatus, NewEvent};
 use crate::payload::NewSnapshot;
 use crate::store::recovery::{Interruption, interrupted};
-use crate::store::{EventStore, InsertMode, Outcome};
+use crate::store::{EventStore, InsertMode, Outcome, Stored};
 
 struct Insert {
     events: Vec<NewEvent>,
@@ -22,9 +22,9 @@ struct Insert {
 }
 
 impl WriteOp for Insert {
-    type Reply = Vec<bool>;
+    type Reply = Vec<Stored>;
 
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<bool>> {
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<Stored>> {
         let status = match self.mode {
             InsertMode::Pending => EventStatus::Pending,
             InsertMode::Claimed => EventStatus::Processing,
@@ -34,8 +34,8 @@ impl WriteOp for Insert {
         Ok(stored)
     }
 
-    fn wakes(&self, stored: &Vec<bool>) -> bool {
-        self.mode == InsertMode::Pending && stored.iter().any(|s| *s)
+    fn wakes(&self, stored: &Vec<Stored>) -> bool {
+        self.mode == InsertMode::Pending && stored.iter().any(|s| s.is_new())
     }
 }
 
@@ -285,7 +285,7 @@ impl EventStore for SqliteStore {
         snapshots: Vec<NewSnapshot>,
         mode: InsertMode,
         now: Timestamp,
-    ) -> Result<Vec<bool>> {
+    ) -> Result<Vec<Stored>> {
         self.write(
             Insert {
                 events,

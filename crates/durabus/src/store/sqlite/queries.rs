@@ -23,6 +23,9 @@ impl WriteOp for PurgeHistory {
     type Reply = u64;
 
     fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<u64> {
+        // Dedup windows closed by the cutoff go with the history (they hold nothing back).
+        conn.prepare_cached(&sql.dedup_purge)?
+            .execute([self.cutoff.as_millis()])?;
         let rows: Vec<(i64, String, bool)> = conn
             .prepare_cached(&sql.history_purge)?
             .query_map(

@@ -17,17 +17,18 @@ use crate::dlq::{
 use crate::error::{Error, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::payload::NewSnapshot;
+use crate::store::Stored;
 use crate::store::recovery::requeue;
 
 /// Inserts `events` with `status` on `conn` (the writer's transaction, or an application's for
-/// the outbox), skipping ids already stored: one flag per event, `true` when it was stored.
+/// the outbox), skipping ids already stored and dedup keys taken: one [`Stored`] per event.
 pub(crate) fn insert_events(
     conn: &Connection,
     sql: &Sql,
     events: &[NewEvent],
     status: EventStatus,
     now: Timestamp,
-) -> Result<Vec<bool>> {
+) -> Result<Vec<Stored>> {
     insert_marking(conn, sql, events, status, now, |_| false)
 }
 
@@ -40,11 +41,15 @@ pub(super) fn insert_marking(
     status: EventStatus,
     now: Timestamp,
     shared: impl Fn(EventId) -> bool,
-) -> Result<Vec<bool>> {
+) -> Result<Vec<Stored>> {
     let now_ms = now.as_millis();
     let mut stmt = conn.prepare_cached(&sql.insert)?;
     let mut inserted = Vec::with_capacity(events.len());
     for e in events {
+        if let Some(first) = dedup_taken(conn, sql, e, now)? {
+            inserted.push(Stored::Duplicate(first));
+            continue;
+        }
         let metadata = if e.metadata.is_empty() {
             None
         } else {
@@ -83,9 +88,42 @@ pub(super) fn insert_marking(
             conn.prepare_cached(&sql.waiting_put)?
                 .execute(params![id, lane, priority, due])?;
         }
-        inserted.push(n == 1);
+        if n == 1
+            && let Some(d) = e.options.dedup_value()
+        {
+            conn.prepare_cached(&sql.dedup_put)?.execute(params![
+                d.key,
+                id,
+                d.expires(now).as_millis()
+            ])?;
+        }
+        inserted.push(if n == 1 { Stored::New } else { Stored::Known });
     }
     Ok(inserted)
+}
+
+/// The id of the event that holds `e`'s dedup key within its window, if one does (and `e` is
+/// not that event: a second insert of one id is a known id, not a duplicate).
+fn dedup_taken(
+    conn: &Connection,
+    sql: &Sql,
+    e: &NewEvent,
+    now: Timestamp,
+) -> Result<Option<EventId>> {
+    let Some(d) = e.options.dedup_value() else {
+        return Ok(None);
+    };
+    let first: Option<String> = conn
+        .prepare_cached(&sql.dedup_get)?
+        .query_row(params![d.key, now.as_millis()], |r| r.get(0))
+        .optional()?;
+    match first {
+        Some(id) => {
+            let id: EventId = id.parse()?;
+            Ok((id != e.id).then_some(id))
+        }
+        None => Ok(None),
+    }
 }
 
 /// Runs one of the waiting table's statements that take an event's id alone.
@@ -114,7 +152,7 @@ pub(crate) fn insert_with_snapshots(
     snapshots: &[NewSnapshot],
     status: EventStatus,
     now: Timestamp,
-) -> Result<Vec<bool>> {
+) -> Result<Vec<Stored>> {
     let stored = if snapshots.iter().any(|s| s.shared) {
         let shared: std::collections::HashSet<EventId> = snapshots
             .iter()
@@ -130,9 +168,9 @@ pub(crate) fn insert_with_snapshots(
         let ids = events
             .iter()
             .zip(&stored)
-            .filter(|(_, s)| **s)
+            .filter(|(_, s)| s.is_new())
             .map(|(e, _)| e.id);
-        if stored.iter().all(|s| *s) {
+        if stored.iter().all(|s| s.is_new()) {
             // The usual case: every event is new, so every snapshot is written.
             super::payloads::put(conn, sql, own)?;
         } else {

@@ -363,3 +363,57 @@ async fn a_scheduled_event_from_another_process_is_delivered_at_its_time_without
     worker.shutdown().await.unwrap();
     drop_schema(&schema).await;
 }
+
+/// A dedup key travels through the PostgreSQL outbox: taken in the caller's transaction,
+/// given back when it rolls back; a second publish of the key in its window answers the
+/// first id and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_outbox_dedup_key_is_taken_in_the_callers_transaction() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let seen = Seen::default();
+    let bus = listening_bus(&schema, &seen).await;
+    let outbox = bus.pg_outbox().unwrap();
+    let pool = admin().await;
+    let now = durabus::Timestamp::now();
+    let keyed = |n: i32| {
+        NewEvent::new("x.order", &n)
+            .unwrap()
+            .dedup("order-1", Duration::from_secs(60))
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let dropped = outbox
+        .publish_batch(&mut tx, vec![keyed(1)], now)
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let first = outbox
+        .publish_batch(&mut tx, vec![keyed(2), keyed(3)], now)
+        .await
+        .unwrap();
+    assert_ne!(first[0], dropped[0], "a rolled-back publish holds no key");
+    assert_eq!(
+        first[1], first[0],
+        "a key twice in one batch is stored once"
+    );
+    tx.commit().await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let again = outbox
+        .publish_batch(&mut tx, vec![keyed(4)], now)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(again, vec![first[0]]);
+    let stored = bus
+        .history()
+        .list(durabus::EventQuery::default())
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].payload, "2");
+    bus.shutdown().await.unwrap();
+    drop_schema(&schema).await;
+}

@@ -5,6 +5,7 @@ pub mod breaker;
 pub mod cancel;
 pub mod claims;
 pub mod dead_letters;
+pub mod dedup;
 pub mod dlq;
 pub mod group_metrics;
 pub mod history;

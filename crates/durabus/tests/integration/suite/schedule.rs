@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use durabus::{
-    Actor, ErrorKind, Event, EventQuery, EventStatus, InsertMode, NewEvent, PublishOptions,
+    Actor, ErrorKind, Event, EventQuery, EventStatus, InsertMode, NewEvent, PublishOptions, Stored,
     SubscribeOptions, Timestamp,
 };
 
@@ -117,7 +117,7 @@ pub async fn scheduled_events_are_claimed_when_due_in_due_order(h: &Harness) {
         .insert(vec![later, sooner], InsertMode::Pending, now)
         .await
         .unwrap();
-    assert_eq!(stored, vec![true, true]);
+    assert_eq!(stored, vec![Stored::New, Stored::New]);
     assert_eq!(store.next_due().await.unwrap(), Some(at(10)));
     assert!(store.claim_due(now, 10).await.unwrap().is_empty());
     assert!(store.claim_due(at(9), 10).await.unwrap().is_empty());

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use durabus::{EventQuery, EventStatus, InsertMode, NewEvent, Outcome, Store};
+use durabus::{EventQuery, EventStatus, InsertMode, NewEvent, Outcome, Store, Stored};
 
 use crate::support::*;
 
@@ -206,7 +206,7 @@ pub async fn a_failed_insert_stores_none_of_its_events(h: &Harness) {
         store.insert(vec![good], InsertMode::Pending, h.clock.now()),
         store.insert(vec![malformed("x.e")], InsertMode::Pending, h.clock.now()),
     );
-    assert_eq!(a.unwrap(), vec![true]);
+    assert_eq!(a.unwrap(), vec![Stored::New]);
     assert!(b.is_err());
     assert!(store.get_event(good_id).await.unwrap().is_some());
     store.close().await.unwrap();
@@ -222,7 +222,7 @@ pub async fn an_id_already_stored_is_stored_once(h: &Harness) {
             .insert(vec![first], InsertMode::Pending, now)
             .await
             .unwrap(),
-        vec![true]
+        vec![Stored::New]
     );
     // Same id, other content, later: skipped; the stored event is unchanged.
     let again = NewEvent::new("dup.b", &2).unwrap().with_id(id);
@@ -237,7 +237,7 @@ pub async fn an_id_already_stored_is_stored_once(h: &Harness) {
             )
             .await
             .unwrap(),
-        vec![false, true]
+        vec![Stored::Known, Stored::New]
     );
     let stored = store.get_event(id).await.unwrap().unwrap();
     assert_eq!(
@@ -274,7 +274,7 @@ pub async fn an_id_already_stored_is_stored_once(h: &Harness) {
             )
             .await
             .unwrap(),
-        vec![false]
+        vec![Stored::Known]
     );
     assert_eq!(
         store.get_event(id).await.unwrap().unwrap().status,
@@ -292,7 +292,7 @@ pub async fn an_id_already_stored_is_stored_once(h: &Harness) {
     for t in tasks {
         flags.extend(t.await.unwrap().unwrap());
     }
-    assert_eq!(flags.iter().filter(|f| **f).count(), 1, "{flags:?}");
+    assert_eq!(flags.iter().filter(|f| f.is_new()).count(), 1, "{flags:?}");
     store.close().await.unwrap();
 }
 

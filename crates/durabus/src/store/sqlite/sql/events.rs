@@ -91,6 +91,17 @@ pub(super) const INSERT: &str = "INSERT INTO {p}events (id, type, payload, statu
              published_snapshot, priority, deliver_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(id) DO NOTHING";
 
+/// The event holding dedup key `?1` in a window still open at `?2`.
+pub(super) const DEDUP_GET: &str =
+    "SELECT event_id FROM {p}dedup WHERE key = ?1 AND expires_at > ?2";
+
+/// Event `?2` takes dedup key `?1` until `?3` (replacing a closed window).
+pub(super) const DEDUP_PUT: &str =
+    "INSERT OR REPLACE INTO {p}dedup (key, event_id, expires_at) VALUES (?1, ?2, ?3)";
+
+/// Drops the dedup windows closed by `?1`.
+pub(super) const DEDUP_PURGE: &str = "DELETE FROM {p}dedup WHERE expires_at <= ?1";
+
 /// Outcome: done, for an event that was never a dead letter (the common case: a plain
 /// update, no RETURNING, which costs SQLite an ephemeral table per row).
 pub(super) const RECORD_DONE: &str =

@@ -103,6 +103,9 @@ statements! {
     waiting_recovered = events::WAITING_RECOVERED;
     claim_update = events::CLAIM_UPDATE;
     insert = events::INSERT;
+    dedup_get = events::DEDUP_GET;
+    dedup_put = events::DEDUP_PUT;
+    dedup_purge = events::DEDUP_PURGE;
     record_done = events::RECORD_DONE;
     record_done_revived = events::RECORD_DONE_REVIVED;
     record_retry = events::RECORD_RETRY;
