@@ -263,7 +263,27 @@ test('a read-only token sees no action buttons', async () => {
   await t.page.goto(`${DASH_URL}/#/operations`);
   await t.page.waitForSelector('h1:text-is("Operations")');
   assert.equal((await t.page.$$('button:text-is("Run now")')).length, 0);
+  await t.page.waitForSelector('tr[data-periodic]');
+  assert.equal((await t.page.$$('tr[data-periodic] button')).length, 0);
   await shot(t.page, 'read-only');
+  await t.close();
+});
+
+test('periodic events are listed, paused, resumed and removed', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/operations`);
+  const row = (name) => `tr[data-periodic="${name}"]`;
+  await t.page.waitForSelector(row('nightly-report'));
+  assert.match(await t.page.textContent(row('nightly-report')), /Europe\/Paris/);
+  await t.page.click(`${row('hourly-digest')} button:text-is("Pause")`);
+  await t.page.waitForSelector(`${row('hourly-digest')} .status.paused`);
+  assert.equal((await get('/api/v2/periodic')).find((p) => p.name === 'hourly-digest').paused, true);
+  await shot(t.page, 'periodic-events');
+  await t.page.click(`${row('hourly-digest')} button:text-is("Resume")`);
+  await t.page.waitForSelector(`${row('hourly-digest')} .status.running`);
+  await t.page.click(`${row('hourly-digest')} button:text-is("Remove")`);
+  await t.page.waitForFunction(() => !document.querySelector('tr[data-periodic="hourly-digest"]'));
+  assert.deepEqual((await get('/api/v2/periodic')).map((p) => p.name), ['nightly-report']);
   await t.close();
 });
 

@@ -142,6 +142,7 @@ async function api(method, path, body) {
 
 const get = (path) => api('GET', path);
 const post = (path, body) => api('POST', path, body === undefined ? {} : body);
+const del = (path) => api('DELETE', path);
 
 /** Runs an action, showing its error in the banner; returns its result or undefined. */
 async function attempt(fn) {
@@ -772,9 +773,9 @@ async function metrics() {
 // ---- operations and jobs ----------------------------------------------------------------
 
 async function operations(quiet) {
-  const data = await attempt(() => Promise.all([get('/api/v2/operations?limit=50'), get('/api/v2/jobs')]));
+  const data = await attempt(() => Promise.all([get('/api/v2/operations?limit=50'), get('/api/v2/jobs'), get('/api/v2/periodic')]));
   if (!data) return;
-  const [ops, jobs] = data;
+  const [ops, jobs, periodic] = data;
   const opRows = ops.map((o) => el('tr', { 'data-op': o.id },
     el('td', {}, el('code', { text: o.id })), el('td', {}, o.kind), el('td', {}, badge(o.status)),
     el('td', {}, el('progress', { max: Math.max(o.total, 1), value: o.processed + o.skipped }), ` ${o.processed + o.skipped}/${o.total}`),
@@ -790,11 +791,28 @@ async function operations(quiet) {
       const r = await attempt(() => post(`/api/v2/jobs/${encodeURIComponent(j.name)}/run`));
       if (r) { banner(`${r.name}: ${r.status} — ${r.message}`, 'info'); operations(true); }
     } }) : '')));
+  const act = (p, what) => async () => {
+    const path = `/api/v2/periodic/${encodeURIComponent(p.name)}`;
+    const r = await attempt(() => (what === 'remove' ? del(path) : post(`${path}/${what}`)));
+    if (r) { banner(`${p.name}: ${what === 'remove' ? 'removed' : (r.paused ? 'paused' : 'resumed')}`, 'info'); operations(true); }
+  };
+  const periodicRows = periodic.map((p) => el('tr', { 'data-periodic': p.name },
+    el('td', {}, p.name), el('td', {}, el('code', { text: p.schedule })), el('td', {}, p.timezone),
+    el('td', {}, p.event_type), el('td', {}, badge(p.paused ? 'paused' : 'running')),
+    el('td', { class: 'time' }, p.next_tick ? when(p.next_tick) : '—'),
+    el('td', { class: 'time' }, p.last_tick ? when(p.last_tick) : '—'),
+    el('td', {}, isAdmin() ? [
+      el('button', { text: p.paused ? 'Resume' : 'Pause', onclick: act(p, p.paused ? 'resume' : 'pause') }),
+      el('button', { class: 'danger', text: 'Remove', onclick: act(p, 'remove') }),
+    ] : '')));
   fill(view(),
     el('h1', { text: 'Operations' }),
     table(['Id', 'Kind', 'Status', 'Progress', 'By', 'Created', ''], opRows, 'No operations yet.'),
     el('h2', { text: 'Scheduled jobs' }),
-    table(['Job', 'Schedule', 'Enabled', 'Last run', 'Said', 'Next run', ''], jobRows));
+    table(['Job', 'Schedule', 'Enabled', 'Last run', 'Said', 'Next run', ''], jobRows),
+    el('h2', { text: 'Periodic events' }),
+    el('p', { class: 'muted', text: 'Published on their cron expression, once per tick across every process. An application registers them on start: a removed one comes back then; pause it to keep it quiet.' }),
+    table(['Name', 'Schedule', 'Time zone', 'Type', 'State', 'Next tick', 'Last tick', ''], periodicRows, 'No periodic events registered.'));
   if (!quiet) refreshing(operations);
 }
 

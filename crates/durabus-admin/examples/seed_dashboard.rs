@@ -110,6 +110,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
     }
+    // Periodic events, as an application registers them on start.
+    bus.periodic(
+        durabus::Periodic::new(
+            "nightly-report",
+            "0 2 * * *",
+            "report.due",
+            &serde_json::json!({"kind": "sales"}),
+        )?
+        .timezone("Europe/Paris"),
+    )
+    .await?;
+    bus.periodic(durabus::Periodic::new(
+        "hourly-digest",
+        "0 * * * *",
+        "digest.due",
+        &serde_json::json!({}),
+    )?)
+    .await?;
     // The dead-letter records are written with the outcomes, just after the publishes return.
     let want = CARD + 1 + BANK;
     let mut dead = 0;
@@ -128,7 +146,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     bus.shutdown().await?;
     println!(
-        "seeded {target}: {SHIPPED} delivered, {} dead letters in 2 groups, {REMINDERS} scheduled",
+        "seeded {target}: {SHIPPED} delivered, {} dead letters in 2 groups, {REMINDERS} scheduled, 2 periodic",
         want
     );
     Ok(())

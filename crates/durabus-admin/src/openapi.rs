@@ -9,7 +9,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 #[openapi(
     info(
         title = "durabus admin API",
-        description = "Operate a durabus event bus: dead letters, payload snapshots, replays, durable operations, jobs, metrics. Every route but /healthz and /readyz needs `Authorization: Bearer <token>`; a read-only token may call every GET, an admin token everything. Errors: `{\"error\": {\"code\", \"message\", \"details\"}}`."
+        description = "Operate a durabus event bus: dead letters, payload snapshots, replays, durable operations, jobs, periodic events, metrics. Every route but /healthz and /readyz needs `Authorization: Bearer <token>`; a read-only token may call every GET, an admin token everything. Errors: `{\"error\": {\"code\", \"message\", \"details\"}}`."
     ),
     modifiers(&Bearer),
     components(schemas(crate::error::ErrorBody, crate::error::ErrorObject)),
@@ -21,6 +21,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         (name = "replay", description = "Replays of stored events"),
         (name = "operations", description = "Durable operations: bulk actions and replays"),
         (name = "jobs", description = "Maintenance jobs"),
+        (name = "periodic", description = "Periodic events: published on a cron expression"),
         (name = "system", description = "Subscriptions, statistics, metrics, this document"),
         (name = "health", description = "Liveness and readiness (no token)"),
     )

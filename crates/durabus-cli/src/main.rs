@@ -106,6 +106,9 @@ enum Command {
     /// Maintenance jobs: list them with their last and next runs, run one now.
     #[command(subcommand)]
     Jobs(cmd::jobs::JobsCommand),
+    /// Periodic events (published on a cron expression): list, pause, resume, remove.
+    #[command(subcommand)]
+    Periodic(cmd::periodic::PeriodicCommand),
     /// Payload snapshots of an event: list, get, soft-delete.
     #[command(subcommand)]
     Payloads(cmd::payloads::PayloadsCommand),
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
             Command::Operations(c) => cmd::operations::run(&db, &ctx, c).await,
             Command::Replay(c) => cmd::replay::run(&db, &ctx, c).await,
             Command::Jobs(c) => cmd::jobs::run(&db, &ctx, c).await,
+            Command::Periodic(c) => cmd::periodic::run(&db, &ctx, c).await,
             Command::Payloads(c) => cmd::payloads::run(&db, &ctx, c).await,
             Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,
             Command::Stats(args) => cmd::stats::run(&db, cli.json, args).await,

@@ -58,7 +58,7 @@ pub fn events_table(events: &[Event], empty: &str) {
     t.print();
 }
 
-fn ts(t: Option<durabus::Timestamp>) -> String {
+pub fn ts(t: Option<durabus::Timestamp>) -> String {
     t.map_or_else(|| "-".into(), |t| t.to_string())
 }
 
@@ -350,6 +350,35 @@ pub fn jobs(jobs: &[durabus::scheduler::JobInfo]) {
                     l.last_message.as_deref().unwrap_or("")
                 )
             }),
+        ]);
+    }
+    t.print();
+}
+
+/// Prints periodic events.
+pub fn periodics(list: &[durabus::PeriodicInfo]) {
+    if list.is_empty() {
+        outln!("no periodic events (an application registers them with EventBus::periodic)");
+        return;
+    }
+    let mut t = Table::new(&[
+        text("NAME", 24),
+        text("SCHEDULE", 16),
+        text("TIME ZONE", 20),
+        text("TYPE", 24),
+        text("STATE", 7),
+        text("NEXT TICK", 24),
+        text("LAST TICK", 24),
+    ]);
+    for p in list {
+        t.row(vec![
+            p.row.name.clone(),
+            p.row.schedule.clone(),
+            p.row.timezone.clone(),
+            p.row.event_type.clone(),
+            if p.row.paused { "paused" } else { "running" }.to_owned(),
+            ts(p.next_tick),
+            ts(p.row.last_tick),
         ]);
     }
     t.print();

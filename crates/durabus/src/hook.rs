@@ -43,6 +43,8 @@ pub enum ErrorSource {
     Operation(Option<String>),
     /// A maintenance job (its name).
     Job(String),
+    /// Publishing a periodic event's tick (the definition's name).
+    Periodic(String),
     /// Reloading the payload configuration.
     PayloadConfig,
     /// Removing an unnamed subscription's row at shutdown.
@@ -76,6 +78,7 @@ impl std::fmt::Display for ErrorSource {
             ErrorSource::Operation(Some(id)) => write!(f, "operation {id}"),
             ErrorSource::Operation(None) => f.write_str("operations"),
             ErrorSource::Job(name) => write!(f, "job {name}"),
+            ErrorSource::Periodic(name) => write!(f, "periodic event {name}"),
             ErrorSource::PayloadConfig => f.write_str("payload configuration"),
             ErrorSource::SubscriptionCleanup => f.write_str("subscription cleanup"),
             ErrorSource::Handler {

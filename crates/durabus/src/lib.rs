@@ -36,6 +36,7 @@
 //! | `dispatch` | the dispatcher: registry, circuit breakers, in-flight tracking; runs handlers under timeouts, decides what an attempt means, records outcomes |
 //! | [`store`] | capability traits by noun ([`EventStore`], [`SubscriptionStore`], [`QueryStore`], [`DeadLetterStore`], [`PayloadStore`](store::PayloadStore), [`CancelStore`](store::CancelStore), [`OperationStore`], [`JobStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL stores |
 //! | [`options`] | publish options: a due time ([`NewEvent::delay`], [`NewEvent::deliver_at`]) and a priority, one builder ([`PublishOptions`]) for every publish path |
+//! | [`periodic`] | periodic events: published on a cron expression in a time zone, once per tick across processes ([`Periodic`], [`EventBus::periodic`], [`Periodics`]) |
 //! | [`cancel`] | cancelling undelivered events (all subscriptions or one): the rules and the record ([`EventBus::cancel`]) |
 //! | [`dlq`] | dead letters: records, lifecycle rules, failure groups, filters, the auto-retry and retention rounds, bulk actions; the spec's [`DlqInspector`] and the operator's [`DeadLetters`] |
 //! | [`operation`] | durable operations: a typed [`OperationKind`], the state machine, the [`Runner`](operation::Runner) every kind runs under, the [`Operations`] service |
@@ -111,6 +112,7 @@ pub mod options;
 pub mod outbox;
 pub mod pattern;
 pub mod payload;
+pub mod periodic;
 mod published;
 pub mod replay;
 pub mod retry;
@@ -147,6 +149,7 @@ pub use options::PublishOptions;
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
 pub use payload::{ConfigChange, ConfigInput, PayloadConfig, Payloads, Snapshot};
+pub use periodic::{Periodic, PeriodicInfo, Periodics};
 pub use replay::{ReplayHooks, ReplayRequest, ReplayResult, ReplaySelection, Replays};
 pub use retry::{RetryOverride, RetryPolicy};
 /// The `rusqlite` durabus links, for applications that write events in their own SQLite
@@ -165,8 +168,8 @@ pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
     ActBatch, ActReport, Backend, ChunkWrite, DeadLetterStore, EventQuery, EventStore, InsertMode,
-    JobRow, JobStart, JobStore, OperationStore, Outcome, QueryStore, RetryCount, StatusCount,
-    Store, StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
+    JobRow, JobStart, JobStore, OperationStore, Outcome, PeriodicStore, QueryStore, RetryCount,
+    StatusCount, Store, StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 #[cfg(feature = "opentelemetry")]

@@ -6,6 +6,7 @@ mod dead_letters;
 mod events;
 mod operations;
 mod payloads;
+mod periodic;
 mod replay;
 mod system;
 
@@ -47,6 +48,10 @@ pub(crate) fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(operations::cancel))
         .routes(routes!(operations::jobs))
         .routes(routes!(operations::run_job))
+        .routes(routes!(periodic::list))
+        .routes(routes!(periodic::pause))
+        .routes(routes!(periodic::resume))
+        .routes(routes!(periodic::remove))
         .routes(routes!(system::subscriptions))
         .routes(routes!(system::stats))
         .routes(routes!(system::overview))

@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod operations;
 pub mod payloads;
+pub mod periodic;
 pub mod replay;
 pub mod serve;
 pub mod stats;

@@ -49,6 +49,11 @@ impl EventBus {
             let scheduler = self.inner.scheduler.clone();
             life.supervisor
                 .spawn("scheduler", move |shutdown| scheduler.run(shutdown));
+            let dispatcher = self.dispatcher().clone();
+            let changed = self.inner.periodic_changed.clone();
+            life.supervisor.spawn("periodic", move |shutdown| {
+                crate::periodic::run(dispatcher, changed, shutdown)
+            });
         }
         if self.config().payload_snapshots {
             let payloads = self.inner.payloads.clone();

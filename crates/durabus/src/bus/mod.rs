@@ -5,6 +5,7 @@ mod builder;
 mod cancels;
 mod lifecycle;
 mod manual;
+mod periodics;
 mod publish;
 
 use std::sync::Arc;
@@ -56,6 +57,8 @@ struct Inner {
     /// The maintenance jobs, their schedules parsed once when the bus is built (a start only
     /// spawns the task that runs them).
     scheduler: crate::Scheduler,
+    /// Wakes the periodic-event loop after a registration in this process.
+    periodic_changed: Arc<tokio::sync::Notify>,
 }
 
 /// A persistent event bus. Cheap to clone: clones share one bus.
@@ -150,6 +153,7 @@ impl EventBus {
                 life: Lifecycle::default(),
                 payloads,
                 scheduler,
+                periodic_changed: Arc::new(tokio::sync::Notify::new()),
             }),
         })
     }

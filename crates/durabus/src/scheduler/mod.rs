@@ -450,7 +450,7 @@ impl Scheduler {
     }
 }
 
-async fn jumped(jumps: &mut Option<tokio::sync::watch::Receiver<i64>>) {
+pub(crate) async fn jumped(jumps: &mut Option<tokio::sync::watch::Receiver<i64>>) {
     match jumps {
         Some(rx) => {
             if rx.changed().await.is_err() {

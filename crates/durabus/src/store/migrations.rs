@@ -37,6 +37,7 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(6, "sqlite", "0006_group_trends.sql", "group_trends"),
     migration!(7, "sqlite", "0007_publish_options.sql", "publish_options"),
     migration!(8, "sqlite", "0008_dedup.sql", "dedup"),
+    migration!(9, "sqlite", "0009_periodic.sql", "periodic"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -49,6 +50,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
     migration!(5, "postgres", "0005_group_trends.sql", "group_trends"),
     migration!(6, "postgres", "0006_publish_options.sql", "publish_options"),
     migration!(7, "postgres", "0007_dedup.sql", "dedup"),
+    migration!(8, "postgres", "0008_periodic.sql", "periodic"),
 ];
 
 /// The newest version in `migrations`.

@@ -12,6 +12,7 @@
 //! | [`JobStore`] | scheduled jobs: once per tick across processes, never stacked |
 //! | [`PayloadStore`] | payload snapshots per stage (gzip), their configuration, soft delete, retention |
 //! | [`CancelStore`] | cancels of events (all subscriptions or one) and their records |
+//! | [`PeriodicStore`] | periodic-event definitions and where each is in its schedule |
 //! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
 //!
 //! [`Store`] is all of them together; `Arc<dyn Store>` is what a bus holds.
@@ -36,6 +37,7 @@ use crate::replay::ReplaySelection;
 mod cancel_store;
 pub(crate) mod migrations;
 mod payload_store;
+mod periodic_store;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub(crate) mod recovery;
@@ -45,6 +47,7 @@ mod types;
 
 pub use cancel_store::CancelStore;
 pub use payload_store::PayloadStore;
+pub use periodic_store::PeriodicStore;
 pub use types::{
     ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
     NEW_GROUP_WINDOW, Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount,
@@ -442,6 +445,7 @@ pub trait Store:
     + JobStore
     + PayloadStore
     + CancelStore
+    + PeriodicStore
     + StoreLifecycle
 {
 }
@@ -455,6 +459,7 @@ impl<T> Store for T where
         + JobStore
         + PayloadStore
         + CancelStore
+        + PeriodicStore
         + StoreLifecycle
 {
 }

@@ -150,6 +150,10 @@ macro_rules! all_contract_tests {
             dedup::a_duplicate_of_a_delayed_event_answers_its_id,
             dedup::racing_publishes_of_one_key_store_one_event,
             dedup::bad_dedup_keys_and_windows_are_refused_and_nothing_is_stored,
+            periodic::each_tick_is_published_once_across_buses,
+            periodic::a_paused_definition_skips_its_ticks_until_resumed,
+            periodic::the_latest_missed_tick_is_published_once_after_downtime,
+            periodic::bad_definitions_and_unknown_names_are_refused,
         );
     };
 }

@@ -248,6 +248,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
             "app_bus_meta",
             "app_bus_operations",
             "app_bus_payload_config",
+            "app_bus_periodic",
             "app_bus_snoozes",
             "app_bus_subscriptions",
             "app_bus_waiting",

@@ -3,9 +3,11 @@
 //! route is behind a token and every write behind an admin token.
 
 mod dead_letters;
+mod periodic;
 mod resources;
 mod routes;
 use dead_letters::*;
+use periodic::*;
 use resources::*;
 use routes::*;
 
@@ -28,6 +30,7 @@ both!(
     events_are_scheduled_listed_and_cancelled,
     replays_preview_dry_run_start_follow_and_cancel,
     jobs_subscriptions_stats_metrics_and_health,
+    periodic_events_are_listed_paused_resumed_and_removed,
     a_closed_store_answers_503_without_its_cause,
     every_refused_value_names_its_field_problem_and_accepted_range,
 );

@@ -444,24 +444,6 @@ fn events_are_published_and_shown_from_the_cli() {
     let text = stdout(&durabus(&db, &["events", "show", from_file_id]));
     assert!(text.contains("from a file"), "{text}");
 
-    // A dedup key: the second publish in its window stores nothing and prints the first id.
-    let keyed = [
-        "events",
-        "publish",
-        "digest.due",
-        "{}",
-        "--dedup",
-        "d:7",
-        "--dedup-window",
-        "1h",
-    ];
-    let first = stdout(&durabus(&db, &keyed)).trim().to_owned();
-    let mut again = keyed.to_vec();
-    again.push("--json");
-    let again = json(&durabus(&db, &again));
-    assert_eq!(again["id"], first.as_str());
-    assert_eq!(again["duplicate"], true);
-
     // Bad input: one line, nothing stored.
     let listed = |db: &std::path::Path| {
         json(&durabus(db, &["events", "list", "--json"]))

@@ -4,6 +4,7 @@ mod arguments;
 mod commands;
 mod demo;
 mod pipes;
+mod scheduling;
 
 use std::path::Path;
 

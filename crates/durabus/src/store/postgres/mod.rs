@@ -26,6 +26,7 @@ mod operations;
 mod options;
 mod outbox;
 mod payloads;
+mod periodic;
 mod queries;
 mod record;
 mod rows;

@@ -46,7 +46,7 @@ pub(super) fn insert_marking(
     let mut stmt = conn.prepare_cached(&sql.insert)?;
     let mut inserted = Vec::with_capacity(events.len());
     for e in events {
-        if let Some(first) = dedup_taken(conn, sql, e, now)? {
+        if let Some(first) = super::dedup::holder(conn, sql, e, now)? {
             inserted.push(Stored::Duplicate(first));
             continue;
         }
@@ -88,42 +88,12 @@ pub(super) fn insert_marking(
             conn.prepare_cached(&sql.waiting_put)?
                 .execute(params![id, lane, priority, due])?;
         }
-        if n == 1
-            && let Some(d) = e.options.dedup_value()
-        {
-            conn.prepare_cached(&sql.dedup_put)?.execute(params![
-                d.key,
-                id,
-                d.expires(now).as_millis()
-            ])?;
+        if n == 1 {
+            super::dedup::take(conn, sql, e, now)?;
         }
         inserted.push(if n == 1 { Stored::New } else { Stored::Known });
     }
     Ok(inserted)
-}
-
-/// The id of the event that holds `e`'s dedup key within its window, if one does (and `e` is
-/// not that event: a second insert of one id is a known id, not a duplicate).
-fn dedup_taken(
-    conn: &Connection,
-    sql: &Sql,
-    e: &NewEvent,
-    now: Timestamp,
-) -> Result<Option<EventId>> {
-    let Some(d) = e.options.dedup_value() else {
-        return Ok(None);
-    };
-    let first: Option<String> = conn
-        .prepare_cached(&sql.dedup_get)?
-        .query_row(params![d.key, now.as_millis()], |r| r.get(0))
-        .optional()?;
-    match first {
-        Some(id) => {
-            let id: EventId = id.parse()?;
-            Ok((id != e.id).then_some(id))
-        }
-        None => Ok(None),
-    }
 }
 
 /// Runs one of the waiting table's statements that take an event's id alone.
