@@ -98,6 +98,50 @@ pub fn snooze(delay: Duration) -> HandlerResult {
     Err(Box::new(Snooze::new(delay)))
 }
 
+/// A failure no retry can mend (a payload that does not fit the handler's type, a request
+/// the downstream refuses for good): return it as the handler's error
+/// (`Err(Permanent::new(e).into())`, or [`permanent`]). The event goes to the dead-letter
+/// queue at once, whatever retries are left, and the subscription's circuit breaker does not
+/// count it (the downstream is not at fault). The text and sources are those of the error
+/// wrapped.
+#[derive(Debug)]
+pub struct Permanent(BoxError);
+
+impl Permanent {
+    /// Wraps `error`.
+    pub fn new(error: impl Into<BoxError>) -> Permanent {
+        Permanent(error.into())
+    }
+}
+
+impl std::fmt::Display for Permanent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Permanent {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Fails the attempt for good: shorthand for `Err(Permanent::new(error).into())`.
+///
+/// ```
+/// use durabus::{Event, handler::{permanent, HandlerResult}};
+///
+/// async fn charge(event: Event) -> HandlerResult {
+///     if event.payload_value()["amount"].as_i64().unwrap_or(0) < 0 {
+///         return permanent("a negative amount cannot be charged");
+///     }
+///     Ok(())
+/// }
+/// ```
+pub fn permanent(error: impl Into<BoxError>) -> HandlerResult {
+    Err(Box::new(Permanent::new(error)))
+}
+
 /// How one handler run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum HandlerOutcome {
@@ -105,6 +149,8 @@ pub(crate) enum HandlerOutcome {
     Ok,
     /// It returned an error: its message and its chain of sources.
     Error(String, Vec<String>),
+    /// It returned a [`Permanent`] error: no retry can mend it.
+    Permanent(String, Vec<String>),
     /// It ran past its timeout and was cancelled at its next await point.
     Timeout(String),
     /// It panicked.
@@ -119,13 +165,18 @@ impl HandlerOutcome {
         *self == HandlerOutcome::Ok
     }
 
+    /// Whether it failed for good ([`Permanent`]).
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, HandlerOutcome::Permanent(..))
+    }
+
     /// The failure text and its causes, if it failed, as they are stored: a NUL character
     /// (which PostgreSQL's `text` cannot hold, and which would leave the outcome unrecorded)
     /// becomes U+FFFD on every store.
     pub fn into_failure(self) -> Option<(String, Vec<String>)> {
         let (error, causes) = match self {
             HandlerOutcome::Ok => return None,
-            HandlerOutcome::Error(e, causes) => (e, causes),
+            HandlerOutcome::Error(e, causes) | HandlerOutcome::Permanent(e, causes) => (e, causes),
             HandlerOutcome::Timeout(e) | HandlerOutcome::Panic(e) => (e, Vec::new()),
             // Where a snooze is not honoured (a replay through the handler), it fails the run.
             HandlerOutcome::Snoozed(d) => (
@@ -180,10 +231,15 @@ pub(crate) async fn run_handler(
     };
     match tokio::time::timeout(timeout, CatchUnwind(fut)).await {
         Ok(Ok(Ok(()))) => HandlerOutcome::Ok,
-        Ok(Ok(Err(e))) => match e.downcast_ref::<Snooze>() {
-            Some(s) => HandlerOutcome::Snoozed(s.delay),
-            None => HandlerOutcome::Error(e.to_string(), causes(e.as_ref())),
-        },
+        Ok(Ok(Err(e))) => {
+            if let Some(s) = e.downcast_ref::<Snooze>() {
+                HandlerOutcome::Snoozed(s.delay)
+            } else if let Some(p) = e.downcast_ref::<Permanent>() {
+                HandlerOutcome::Permanent(p.to_string(), causes(p))
+            } else {
+                HandlerOutcome::Error(e.to_string(), causes(e.as_ref()))
+            }
+        }
         Ok(Err(panic)) => HandlerOutcome::Panic(format!("handler panicked: {panic}")),
         Err(_) => HandlerOutcome::Timeout(format!(
             "handler timed out after {} ms",

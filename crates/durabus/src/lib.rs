@@ -37,6 +37,7 @@
 //! | [`store`] | capability traits by noun ([`EventStore`], [`SubscriptionStore`], [`QueryStore`], [`DeadLetterStore`], [`PayloadStore`](store::PayloadStore), [`CancelStore`](store::CancelStore), [`OperationStore`], [`JobStore`], [`StoreLifecycle`]) and the SQLite and PostgreSQL stores |
 //! | [`options`] | publish options: a due time ([`NewEvent::delay`], [`NewEvent::deliver_at`]) and a priority, one builder ([`PublishOptions`]) for every publish path |
 //! | [`periodic`] | periodic events: published on a cron expression in a time zone, once per tick across processes ([`Periodic`], [`EventBus::periodic`], [`Periodics`]) |
+//! | [`typed`] | typed events: a payload type that names its event type ([`TypedEvent`]), published and handled as itself; a payload that does not fit is dead-lettered at once |
 //! | [`cancel`] | cancelling undelivered events (all subscriptions or one): the rules and the record ([`EventBus::cancel`]) |
 //! | [`dlq`] | dead letters: records, lifecycle rules, failure groups, filters, the auto-retry and retention rounds, bulk actions; the spec's [`DlqInspector`] and the operator's [`DeadLetters`] |
 //! | [`operation`] | durable operations: a typed [`OperationKind`], the state machine, the [`Runner`](operation::Runner) every kind runs under, the [`Operations`] service |
@@ -125,6 +126,7 @@ pub mod telemetry;
 #[cfg(feature = "test-util")]
 pub mod testing;
 pub mod text;
+pub mod typed;
 pub mod whole;
 
 pub use actor::{Actor, ActorKind};
@@ -139,7 +141,9 @@ pub use dlq::{
 };
 pub use error::{Error, ErrorKind, Invalid, Result};
 pub use event::{Event, EventId, EventStatus, Metadata, NewEvent};
-pub use handler::{BoxError, Handler, HandlerResult, Snooze, SubscribeOptions, Subscription};
+pub use handler::{
+    BoxError, Handler, HandlerResult, Permanent, Snooze, SubscribeOptions, Subscription,
+};
 pub use history::History;
 pub use hook::{BusError, ErrorHook, ErrorSource};
 pub use operation::{
@@ -174,6 +178,7 @@ pub use store::{
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 #[cfg(feature = "opentelemetry")]
 pub use telemetry::{TRACEPARENT, TRACESTATE};
+pub use typed::TypedEvent;
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

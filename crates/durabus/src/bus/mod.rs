@@ -7,6 +7,7 @@ mod lifecycle;
 mod manual;
 mod periodics;
 mod publish;
+mod typed;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

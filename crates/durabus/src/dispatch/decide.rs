@@ -27,6 +27,8 @@ pub(crate) struct Failure {
     pub error: String,
     /// The error's chain of sources, outermost first.
     pub causes: Vec<String>,
+    /// No retry can mend it ([`Permanent`](crate::handler::Permanent)): dead-lettered now.
+    pub permanent: bool,
 }
 
 /// What happened during one pass over an event.
@@ -206,7 +208,7 @@ pub(crate) fn decide(
             ..
         } => {
             let attempt = prior.saturating_add(1);
-            let dead = attempt > policy.max_retries;
+            let dead = failure.permanent || attempt > policy.max_retries;
             let delay = if dead {
                 Duration::ZERO
             } else {
@@ -226,7 +228,12 @@ pub(crate) fn decide(
                     failure.causes.clone(),
                     errors.clone(),
                     attempt,
-                    policies.dead_letters.clone(),
+                    // A permanent failure is not auto-retried either: it waits for an operator.
+                    if failure.permanent {
+                        DeadLetterPolicy::manual_only()
+                    } else {
+                        policies.dead_letters.clone()
+                    },
                 ))
             });
             let log = FailureLog {

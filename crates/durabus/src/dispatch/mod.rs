@@ -333,7 +333,16 @@ impl Dispatcher {
                 },
                 other => other,
             };
-            self.breakers.record(&sub.info, at, result.is_ok());
+            let permanent = result.is_permanent();
+            if permanent {
+                // Not the downstream's fault: the breaker does not hear of it (a probe it
+                // admitted is given back).
+                if *admission == Admission::Probe {
+                    self.breakers.release_probe(&sub.info.id);
+                }
+            } else {
+                self.breakers.record(&sub.info, at, result.is_ok());
+            }
             let Some((error, causes)) = result.into_failure() else {
                 delivered.push(sub.key.clone());
                 continue;
@@ -352,6 +361,7 @@ impl Dispatcher {
                     key: Some(sub.key.clone()),
                     error,
                     causes,
+                    permanent,
                 }),
                 deferred_until,
                 snoozed: None,
@@ -458,6 +468,7 @@ impl Dispatcher {
                 key: None,
                 error: "finalized as failed".to_owned(),
                 causes: Vec::new(),
+                permanent: false,
             }),
             deferred_until: None,
             snoozed: None,

@@ -70,7 +70,7 @@ impl RunResult {
         use crate::handler::HandlerOutcome;
         match outcome {
             HandlerOutcome::Ok => RunResult::Ok,
-            HandlerOutcome::Error(..) => RunResult::Error,
+            HandlerOutcome::Error(..) | HandlerOutcome::Permanent(..) => RunResult::Error,
             HandlerOutcome::Timeout(_) => RunResult::Timeout,
             HandlerOutcome::Panic(_) => RunResult::Panic,
             HandlerOutcome::Snoozed(_) => RunResult::Snoozed,

@@ -154,6 +154,9 @@ macro_rules! all_contract_tests {
             periodic::a_paused_definition_skips_its_ticks_until_resumed,
             periodic::the_latest_missed_tick_is_published_once_after_downtime,
             periodic::bad_definitions_and_unknown_names_are_refused,
+            typed::a_typed_publish_reaches_a_typed_handler_with_its_metadata,
+            typed::a_payload_that_does_not_fit_is_dead_lettered_once_naming_the_field,
+            typed::a_permanent_error_is_never_retried,
         );
     };
 }

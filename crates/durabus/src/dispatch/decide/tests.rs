@@ -45,6 +45,7 @@ fn failed(key: Option<&str>) -> Ran {
             key: key.map(str::to_owned),
             error: "card refused".into(),
             causes: vec!["connection reset".into()],
+            permanent: false,
         }),
         deferred_until: None,
         snoozed: None,
@@ -235,6 +236,7 @@ fn a_failure_wins_over_a_deferral() {
             key: Some("k".into()),
             error: "e".into(),
             causes: vec![],
+            permanent: false,
         }),
         deferred_until: Some(NOW),
         snoozed: None,
@@ -332,4 +334,37 @@ fn a_snooze_reschedules_at_the_earliest_wanted_time_without_a_failure() {
     );
     assert_eq!(d.pass, Pass::Deferred);
     assert_eq!(d.log, Log::Snoozed { until: breaker });
+}
+
+#[test]
+fn a_permanent_failure_is_a_dead_letter_with_retries_left() {
+    let mut ran = failed(Some("pay"));
+    if let Ran::Handlers {
+        failure: Some(f), ..
+    } = &mut ran
+    {
+        f.permanent = true;
+    }
+    let d = decide(event(0, &[]), ran, &policy(5), NOW, 0.5);
+    match d.outcome {
+        Outcome::Dead {
+            retry_count,
+            errors,
+            death,
+            ..
+        } => {
+            assert_eq!(retry_count, 1, "one attempt, counted");
+            assert!(death.policy.auto_retry.is_empty(), "no auto retry either");
+            assert_eq!(errors, vec!["attempt 1 [pay]: card refused".to_owned()]);
+        }
+        other => panic!("expected a dead letter, got {other:?}"),
+    }
+    assert_eq!(d.pass, Pass::Failed { dead: true });
+    // The same failure, not permanent, is retried.
+    let d = decide(event(0, &[]), failed(Some("pay")), &policy(5), NOW, 0.5);
+    assert!(
+        matches!(d.outcome, Outcome::Retry { .. }),
+        "{:?}",
+        d.outcome
+    );
 }

@@ -21,3 +21,4 @@ pub mod snooze;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
+pub mod typed;
