@@ -53,14 +53,9 @@
 //!
 //! # Features
 //!
-//! | feature | default | gives |
-//! |---|---|---|
-//! | `sqlite` | yes | the embedded SQLite store (`SqliteStore`, the `Outbox`) |
-//! | `postgres` | no | the PostgreSQL store for many worker processes (`PgStore`, `PgOutbox`, `sqlx` re-exported) |
-//! | `metrics` | no | Prometheus text (`EventBus::metrics_text`) |
-//! | `openapi` | no | OpenAPI schemas of the public data types (used by `durabus-admin`) |
-//! | `test-util` | no | `durabus::testing`: a bus on a manual clock, `drain`, assertions |
-//! | `fault-injection` | no | fail points for the reliability suite; nothing changes until one is armed at run time (`DURABUS_FAILPOINTS`) |
+//! Every feature, from `Cargo.toml` (the defaults are marked):
+//!
+#![doc = document_features::document_features!()]
 //!
 //! Which capability works on which store:
 //!
@@ -75,6 +70,7 @@
 //!
 //! At least one store feature is needed; a build without one stops with a clear error.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
 compile_error!(
     "durabus needs a store: enable the `sqlite` feature (the default) or `postgres`, or both"

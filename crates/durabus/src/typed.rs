@@ -29,7 +29,7 @@
 //!
 //! A stored payload that does not deserialise into the handler's type (an older shape, a
 //! publish through the untyped API with a mistake in it) fails its attempt with a
-//! [`Permanent`](crate::handler::Permanent) error that names the type and the field: the event
+//! [`Permanent`] error that names the type and the field: the event
 //! goes to the dead-letter queue at once, not retried (a retry cannot mend it), and the
 //! handler is not called. The untyped API (`publish`, `subscribe`) stays as it is.
 

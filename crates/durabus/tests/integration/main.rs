@@ -8,7 +8,7 @@ mod backpressure;
 mod contract;
 mod deploy;
 mod layers;
-mod nul;
+mod nul_text;
 mod otel;
 mod outbox;
 mod pg_plans;
