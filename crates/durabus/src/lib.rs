@@ -190,3 +190,38 @@ pub struct OperationsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/OBSERVABILITY.md")]
 pub struct ObservabilityDoctests;
+
+/// The guide's page "Getting started": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/getting-started.md")]
+pub struct GuideGettingStarted;
+
+/// The guide's page "What at least once asks of a handler": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/delivery-guarantees.md")]
+pub struct GuideDeliveryGuarantees;
+
+/// The guide's page "Retries, breakers and dead letters": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/retries-and-dead-letters.md")]
+pub struct GuideRetries;
+
+/// The guide's page "Operating durabus": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/operating.md")]
+pub struct GuideOperating;
+
+/// The guide's page "Scaling out on PostgreSQL": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/scaling-out.md")]
+pub struct GuideScalingOut;
+
+/// The guide's page "Testing your application": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/testing.md")]
+pub struct GuideTesting;
+
+/// The guide's page "Moving from an outbox table": its examples compiled (and run where marked) as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/guide/from-an-outbox-table.md")]
+pub struct GuideFromAnOutboxTable;
