@@ -38,6 +38,7 @@ pub fn events_table(events: &[Event], empty: &str) {
         text("TYPE", 32),
         text("STATUS", 10),
         number("PRIO"),
+        text("KEY", 16),
         number("RETRIES"),
         text("CREATED", 24),
         text("DUE", 24),
@@ -49,6 +50,7 @@ pub fn events_table(events: &[Event], empty: &str) {
             e.event_type.clone(),
             e.status.to_string(),
             e.priority.to_string(),
+            e.ordering_key.clone().unwrap_or_else(|| "-".into()),
             e.retry_count.to_string(),
             e.created_at.to_string(),
             ts(e.next_attempt_at),
@@ -102,6 +104,12 @@ pub fn dead_letter(d: &durabus::DeadLetter) {
         "subscription   {}",
         d.subscription.as_deref().unwrap_or("-")
     );
+    if let Some(k) = &d.ordering_key {
+        outln!(
+            "ordering key   {k} ({} later event(s) of the key were waiting)",
+            d.key_waiting.unwrap_or(0)
+        );
+    }
     outln!("group          {}", d.fingerprint);
     outln!("last error     {}", d.last_error);
     for c in &d.causes {
@@ -153,8 +161,18 @@ pub fn event(e: &Event) {
     if e.priority != 0 {
         outln!("priority       {}", e.priority);
     }
+    if let Some(k) = &e.ordering_key {
+        outln!("ordering key   {k}");
+    }
     if let Some(at) = e.next_attempt_at {
         outln!("next attempt   {at}");
+    } else if e.ordering_key.is_some()
+        && matches!(
+            e.status,
+            durabus::EventStatus::Pending | durabus::EventStatus::Scheduled
+        )
+    {
+        outln!("next attempt   after the earlier events of its ordering key");
     }
     if let Some(at) = e.dlq_at {
         outln!("dead since     {at}");

@@ -165,6 +165,9 @@ pub struct Event {
     pub cancelled: Vec<String>,
     /// A cancel came while an attempt was running: no retry follows that attempt.
     pub cancel_requested: bool,
+    /// Its ordering key ([`PublishOptions::ordering_key`]): events of one key are handled one
+    /// at a time, in publish order.
+    pub ordering_key: Option<String>,
 }
 
 fn raw_json<S: Serializer>(payload: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
@@ -300,6 +303,14 @@ impl NewEvent {
         self
     }
 
+    /// Handled one at a time and in publish order with the other events of `key`
+    /// ([`PublishOptions::ordering_key`]).
+    #[must_use]
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.options = self.options.ordering_key(key);
+        self
+    }
+
     /// When it is due if published at `now`, if later than `now` (a scheduled event).
     pub fn due_at(&self, now: Timestamp) -> Option<Timestamp> {
         self.options.due_at(now)
@@ -350,6 +361,7 @@ impl NewEvent {
             deliver_at: due,
             cancelled: Vec::new(),
             cancel_requested: false,
+            ordering_key: self.options.ordering_key_value().map(str::to_owned),
         }
     }
 }

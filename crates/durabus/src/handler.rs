@@ -269,6 +269,10 @@ pub struct SubscribeOptions {
     /// How often the handler may [`Snooze`] one event before a further snooze counts as a
     /// failed attempt (default [`DEFAULT_MAX_SNOOZES`]).
     pub max_snoozes: Option<u32>,
+    /// When an event with an ordering key is dead-lettered by this subscription's handler,
+    /// keep its key held (later events of the key wait) until the dead letter is retried,
+    /// resolved, abandoned or purged. Off by default: the key moves on.
+    pub hold_key_on_dead_letter: bool,
 }
 
 /// How often a handler may snooze one event unless [`SubscribeOptions::max_snoozes`] says.
@@ -302,6 +306,14 @@ impl SubscribeOptions {
         self.max_snoozes = Some(n);
         self
     }
+
+    /// Keeps an ordering key held by an event this handler dead-letters (see
+    /// [`hold_key_on_dead_letter`](Self::hold_key_on_dead_letter)).
+    #[must_use]
+    pub fn hold_key_on_dead_letter(mut self, on: bool) -> Self {
+        self.hold_key_on_dead_letter = on;
+        self
+    }
 }
 
 /// A live subscription as the bus holds it, its handler aside.
@@ -319,6 +331,8 @@ pub struct Subscription {
     pub retry: Option<RetryOverride>,
     /// How often the handler may snooze one event.
     pub max_snoozes: u32,
+    /// Whether an ordering key stays held by an event this handler dead-letters.
+    pub hold_key_on_dead_letter: bool,
     /// When the subscription was made.
     pub created_at: Timestamp,
 }

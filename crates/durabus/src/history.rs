@@ -82,6 +82,13 @@ impl History {
         if query.event_type.as_ref().is_some_and(|t| t.contains('\0')) {
             return Ok(Vec::new());
         }
+        // Likewise an ordering key: publishing refuses one that is empty, over-long or holds a
+        // NUL, so such a key selects nothing.
+        if let Some(k) = &query.ordering_key
+            && (k.is_empty() || k.len() > crate::options::ORDERING_KEY_MAX || k.contains('\0'))
+        {
+            return Ok(Vec::new());
+        }
         let mut events = self.store.list_events(query).await?;
         redact_events(&self.configs, &mut events).await?;
         Ok(events)

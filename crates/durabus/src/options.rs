@@ -56,7 +56,11 @@ pub struct PublishOptions {
     when: Option<When>,
     priority: i16,
     dedup: Option<Dedup>,
+    ordering_key: Option<String>,
 }
+
+/// The longest an ordering key may be, in bytes.
+pub const ORDERING_KEY_MAX: usize = 255;
 
 /// The longest a dedup key may be, in bytes.
 pub const DEDUP_KEY_MAX: usize = 255;
@@ -126,6 +130,23 @@ impl PublishOptions {
         self
     }
 
+    /// Events with the same ordering key are handled strictly one at a time and in publish
+    /// order, by every subscription, across all workers and processes; events of different keys
+    /// run in parallel. A failing event holds its key through its retries; dead-lettered, it
+    /// lets the key move on, unless the failing subscription has
+    /// [`hold_key_on_dead_letter`](crate::SubscribeOptions::hold_key_on_dead_letter). 1 to
+    /// [`ORDERING_KEY_MAX`] bytes.
+    #[must_use]
+    pub fn ordering_key(mut self, key: impl Into<String>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// The ordering key set, if any.
+    pub fn ordering_key_value(&self) -> Option<&str> {
+        self.ordering_key.as_deref()
+    }
+
     /// The dedup key and window set, if any.
     pub fn dedup_value(&self) -> Option<&Dedup> {
         self.dedup.as_ref()
@@ -159,12 +180,21 @@ impl PublishOptions {
                 format!("a whole number from {PRIORITY_MIN} to {PRIORITY_MAX}"),
             ));
         }
+        if let Some(k) = &self.ordering_key
+            && (k.is_empty() || k.len() > ORDERING_KEY_MAX || k.contains('\0'))
+        {
+            return Err(Error::invalid(
+                "ordering_key",
+                format!("a key of {} bytes", k.len()),
+                format!("1 to {ORDERING_KEY_MAX} bytes, no NUL character"),
+            ));
+        }
         if let Some(d) = &self.dedup {
-            if d.key.is_empty() || d.key.len() > DEDUP_KEY_MAX {
+            if d.key.is_empty() || d.key.len() > DEDUP_KEY_MAX || d.key.contains('\0') {
                 return Err(Error::invalid(
                     "dedup_key",
                     format!("a key of {} bytes", d.key.len()),
-                    format!("1 to {DEDUP_KEY_MAX} bytes"),
+                    format!("1 to {DEDUP_KEY_MAX} bytes, no NUL character"),
                 ));
             }
             if d.window.is_zero() || d.window > DELAY_MAX {

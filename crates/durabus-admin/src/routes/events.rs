@@ -29,6 +29,8 @@ pub(crate) struct ListQuery {
     /// Created before (RFC 3339).
     #[param(value_type = Option<String>, format = DateTime)]
     to: Option<Timestamp>,
+    /// Only events with this ordering key.
+    ordering_key: Option<String>,
     /// Events to skip (the `next_offset` of the previous page).
     #[serde(default, deserialize_with = "durabus::whole::optional_text")]
     offset: Option<u64>,
@@ -46,7 +48,7 @@ pub(crate) struct EventPage {
     next_offset: Option<u64>,
 }
 
-/// Stored events, filtered by status, type and time.
+/// Stored events, filtered by status, type, time and ordering key.
 #[utoipa::path(get, path = "/api/v2/events", tag = "events", params(ListQuery),
     responses((status = 200, body = EventPage), Errors))]
 pub(crate) async fn list(
@@ -68,6 +70,7 @@ pub(crate) async fn list(
             event_type: q.event_type,
             created_from: q.from,
             created_before: q.to,
+            ordering_key: q.ordering_key,
             offset,
             limit: u64::from(n),
         })

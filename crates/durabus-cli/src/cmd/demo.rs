@@ -135,8 +135,13 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
                 .deliver_at
                 .map(|at| format!(", scheduled for {at}"))
                 .unwrap_or_default();
+            let ordered = e
+                .ordering_key
+                .as_ref()
+                .map(|k| format!(", key {k}: {}", e.payload_value()["step"]))
+                .unwrap_or_default();
             say(format!(
-                "  audit     recorded {} (attempt {}{scheduled})",
+                "  audit     recorded {} (attempt {}{scheduled}{ordered})",
                 e.event_type,
                 e.attempt()
             ));
@@ -201,6 +206,16 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         "  scheduled order.reminder for {} ms from now",
         REMINDER_DELAY.as_millis()
     ));
+    // One order's shipment steps under an ordering key: handled one at a time, in this order.
+    for step in ["packed", "shipped", "delivered"] {
+        let e = NewEvent::new(
+            "order.shipment",
+            &serde_json::json!({"order": 7, "step": step}),
+        )?
+        .ordering_key("order-7");
+        ids.push(bus.enqueue_event(e).await?);
+    }
+    say("  published order.shipment packed, shipped, delivered under ordering key order-7".into());
     ids.push(
         bus.publish(
             "user.signed_up",

@@ -31,6 +31,9 @@ pub enum EventsCommand {
         /// Only events created before this time (RFC 3339).
         #[arg(long)]
         until: Option<Timestamp>,
+        /// Only events with this ordering key.
+        #[arg(long)]
+        key: Option<String>,
         /// Most events to show.
         #[arg(long, default_value_t = 50)]
         limit: u64,
@@ -66,6 +69,10 @@ pub enum EventsCommand {
         /// How long the dedup key holds (90s, 15m, 2h; more than 0).
         #[arg(long, value_parser = parse_window, requires = "dedup", allow_hyphen_values = true)]
         dedup_window: Option<Duration>,
+        /// An ordering key (1 to 255 bytes): events of one key are handled one at a time, in
+        /// publish order.
+        #[arg(long)]
+        key: Option<String>,
     },
     /// Cancel an event that has not been delivered, for every subscription or one. A waiting
     /// event never runs; a running one finishes its attempt and no retry follows it. Recorded
@@ -120,9 +127,13 @@ pub async fn run(
         priority,
         dedup,
         dedup_window,
+        key,
     } = command
     {
         let mut options = PublishOptions::new().priority(priority);
+        if let Some(key) = key {
+            options = options.ordering_key(key);
+        }
         if let (Some(key), Some(window)) = (dedup, dedup_window) {
             options = options.dedup(key, window);
         }
@@ -162,6 +173,7 @@ async fn execute(history: &History, json: bool, command: EventsCommand) -> anyho
             offset,
             since,
             until,
+            key,
             limit,
         } => {
             let events = history
@@ -170,6 +182,7 @@ async fn execute(history: &History, json: bool, command: EventsCommand) -> anyho
                     event_type,
                     created_from: since,
                     created_before: until,
+                    ordering_key: key,
                     offset,
                     limit,
                 })

@@ -1,6 +1,7 @@
 //! `durabus bench-worker` (hidden): one worker process of the PostgreSQL benchmark and of the
-//! multi-process tests. It delivers `bench.*` events with a no-op (or slow) handler, writes one
-//! report line per handler call (`<event id> <publish-to-handler µs or ->`), prints `ready`
+//! multi-process tests. It delivers `bench.*` events with a no-op (or slow, or randomly
+//! failing) handler, writes one report line per handler call (`<event id> <publish-to-handler
+//! µs or -> <start µs> <end µs> <payload key or -> <payload n or -> <ok|err>`), prints `ready`
 //! once started, and shuts down when its standard input closes.
 
 use std::io::{Read, Write};
@@ -28,6 +29,16 @@ pub struct Args {
     /// Events delivered at once.
     #[arg(long, default_value_t = 16)]
     concurrency: usize,
+    /// Percent of handler calls that fail (at random).
+    #[arg(long, default_value_t = 0)]
+    fail_percent: u32,
+    /// The wait before each retry, in ms (the retry policy's base and cap); unset: the default
+    /// policy.
+    #[arg(long)]
+    retry_ms: Option<u64>,
+    /// Retries before an event is dead-lettered (with --retry-ms).
+    #[arg(long, default_value_t = 3)]
+    max_retries: u32,
 }
 
 /// Microseconds since the Unix epoch.
@@ -43,9 +54,18 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
         lease: Duration::from_millis(args.lease_ms),
         ..db.pg_options()
     };
-    let bus = durabus::EventBus::builder()
+    let mut builder = durabus::EventBus::builder()
         .postgres_with(&db.target, options)
-        .concurrency(args.concurrency)
+        .concurrency(args.concurrency);
+    if let Some(ms) = args.retry_ms {
+        builder = builder.retry_policy(durabus::RetryPolicy {
+            max_retries: args.max_retries,
+            base_delay: Duration::from_millis(ms),
+            max_delay: Duration::from_millis(ms),
+            backoff_multiplier: 1.0,
+        });
+    }
+    let bus = builder
         .build()
         .await
         .with_context(|| format!("cannot open {}", db.display()))?;
@@ -54,26 +74,48 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     let out = Arc::new(Mutex::new(std::io::BufWriter::new(file)));
     let sink = out.clone();
     let (pause, sync) = (Duration::from_millis(args.handler_ms), args.sync_report);
+    let fail_percent = args.fail_percent;
     bus.subscribe(
         "bench.*",
         move |e: Event| {
-            let latency = e
-                .payload_value()
+            let start = now_us();
+            let payload = e.payload_value();
+            let latency = payload
                 .get("sent_us")
                 .and_then(serde_json::Value::as_u64)
-                .map(|sent| now_us().saturating_sub(sent));
+                .map(|sent| start.saturating_sub(sent));
+            let key = payload
+                .get("key")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or("-")
+                .to_owned();
+            let n = payload
+                .get("n")
+                .and_then(serde_json::Value::as_u64)
+                .map_or("-".to_owned(), |n| n.to_string());
             let sink = sink.clone();
             async move {
                 if !pause.is_zero() {
                     tokio::time::sleep(pause).await;
+                } else if key != "-" {
+                    // Long enough for a second call of the key to overlap if one were let in.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
+                let fail = fail_percent > 0 && fastrand::u32(0..100) < fail_percent;
                 let mut w = sink.lock().map_err(|_| "report writer poisoned")?;
-                match latency {
-                    Some(us) => writeln!(w, "{} {us}", e.id)?,
-                    None => writeln!(w, "{} -", e.id)?,
-                }
+                let latency = latency.map_or("-".to_owned(), |us| us.to_string());
+                let outcome = if fail { "err" } else { "ok" };
+                writeln!(
+                    w,
+                    "{} {latency} {start} {} {key} {n} {outcome}",
+                    e.id,
+                    now_us()
+                )?;
                 if sync {
                     w.flush()?;
+                }
+                if fail {
+                    return Err("a chosen failure".into());
                 }
                 Ok(())
             }

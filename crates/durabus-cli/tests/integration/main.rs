@@ -5,5 +5,6 @@
 
 mod cli;
 mod hostile;
+mod ordered;
 mod serve;
 mod workers;

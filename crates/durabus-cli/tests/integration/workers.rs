@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use durabus::sqlx::{self, AssertSqlSafe, Row};
 use durabus::{EventBus, NewEvent, PgOptions};
 
-fn pg_url() -> String {
+pub(crate) fn pg_url() -> String {
     std::env::var("DURABUS_TEST_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
 }
 
-async fn admin() -> Option<sqlx::PgPool> {
+pub(crate) async fn admin() -> Option<sqlx::PgPool> {
     let pool = tokio::time::timeout(
         Duration::from_secs(5),
         sqlx::postgres::PgPoolOptions::new()
@@ -38,16 +38,21 @@ async fn admin() -> Option<sqlx::PgPool> {
     pool
 }
 
-fn schema() -> String {
+pub(crate) fn schema() -> String {
     format!("w_{}", durabus::EventId::new().0.simple())
 }
 
-struct Worker {
-    child: Child,
-    report: PathBuf,
+pub(crate) struct Worker {
+    pub(crate) child: Child,
+    pub(crate) report: PathBuf,
 }
 
-fn start_workers(schema: &str, dir: &std::path::Path, n: usize, extra: &[&str]) -> Vec<Worker> {
+pub(crate) fn start_workers(
+    schema: &str,
+    dir: &std::path::Path,
+    n: usize,
+    extra: &[&str],
+) -> Vec<Worker> {
     (0..n)
         .map(|k| {
             let report = dir.join(format!("w{k}.txt"));
@@ -77,7 +82,7 @@ fn start_workers(schema: &str, dir: &std::path::Path, n: usize, extra: &[&str]) 
         .collect()
 }
 
-fn stop(workers: &mut [Worker]) {
+pub(crate) fn stop(workers: &mut [Worker]) {
     for w in workers.iter_mut() {
         drop(w.child.stdin.take());
     }
@@ -103,7 +108,7 @@ fn calls(workers: &[Worker]) -> HashMap<String, u32> {
     calls
 }
 
-async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
+pub(crate) async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
     sqlx::query(AssertSqlSafe(sql.to_owned()))
         .fetch_one(pool)
         .await
@@ -112,7 +117,7 @@ async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
         .unwrap()
 }
 
-async fn wait_done(pool: &sqlx::PgPool, schema: &str, n: i64) {
+pub(crate) async fn wait_done(pool: &sqlx::PgPool, schema: &str, n: i64) {
     let start = Instant::now();
     loop {
         let done = count(
@@ -155,7 +160,7 @@ async fn publish(schema: &str, n: u64) -> Vec<durabus::EventId> {
     ids
 }
 
-async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
+pub(crate) async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
     sqlx::raw_sql(AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
     )))
@@ -166,7 +171,7 @@ async fn drop_schema(pool: &sqlx::PgPool, schema: &str) {
 
 /// Creates the schema before workers start (they would race to create it otherwise; that
 /// race is safe too, but the test is about delivery).
-async fn prepare(schema: &str) {
+pub(crate) async fn prepare(schema: &str) {
     publish(schema, 0).await;
 }
 
@@ -318,11 +323,12 @@ async fn every_cli_command_works_on_postgres() {
         &schema,
         &["events", "list", "--status", "done", "--json"],
     ));
-    // Eight of the demo's events (its reminder among them), the `system.dead_letter`
-    // announcement and the `system.failure_group.new` one (its failure was a first).
-    assert_eq!(done.as_array().unwrap().len(), 10);
+    // Eleven of the demo's events (its reminder and shipment steps among them), the
+    // `system.dead_letter` announcement and the `system.failure_group.new` one (its failure
+    // was a first).
+    assert_eq!(done.as_array().unwrap().len(), 13);
     let stats = json(&cli(&schema, &["stats", "--fresh", "--json"]));
-    assert_eq!(stats["total"], 11);
+    assert_eq!(stats["total"], 14);
     let preview = json(&cli(
         &schema,
         &["dlq", "retry", "--type", "order.*", "--preview", "--json"],
@@ -334,7 +340,7 @@ async fn every_cli_command_works_on_postgres() {
         &schema,
         &["events", "purge", "--older-than", "0", "--json"],
     ));
-    assert_eq!(purged["purged"], 10);
+    assert_eq!(purged["purged"], 13);
     let pending = json(&cli(&schema, &["events", "list", "--json"]));
     assert_eq!(pending.as_array().unwrap().len(), 1);
     assert_eq!(pending[0]["status"], "pending");

@@ -312,6 +312,7 @@ impl EventBus {
             max_snoozes: options
                 .max_snoozes
                 .unwrap_or(crate::handler::DEFAULT_MAX_SNOOZES),
+            hold_key_on_dead_letter: options.hold_key_on_dead_letter,
             created_at: self.clock().now(),
         };
         let row = SubscriptionRow {

@@ -51,7 +51,8 @@ impl EventBus {
     ///
     /// An event published with a later due time ([`NewEvent::delay`],
     /// [`NewEvent::deliver_at`]) is stored as scheduled and this returns at once: there is no
-    /// delivery to wait for yet.
+    /// delivery to wait for yet. So does an event with an ordering key
+    /// ([`NewEvent::ordering_key`]): it may have to wait for its key's earlier events.
     pub async fn publish<T: Serialize + ?Sized>(
         &self,
         event_type: &str,
@@ -71,8 +72,9 @@ impl EventBus {
         self.check_open()?;
         self.check_size(&event)?;
         let now = dispatcher.clock().now();
-        if event.due_at(now).is_some() {
-            // Scheduled: stored to wait for its time; there is no delivery to wait for now.
+        if event.due_at(now).is_some() || event.options.ordering_key_value().is_some() {
+            // Scheduled: stored to wait for its time; ordered: stored to wait for its key's
+            // earlier events. There is no delivery to wait for now.
             drop(guard);
             return self.enqueue_event(event).await;
         }
@@ -150,16 +152,18 @@ impl EventBus {
         let event_type = event.event_type.clone();
         let started = std::time::Instant::now();
         let early = acks_early();
-        let turn = if early || event.due_at(now).is_some() {
+        // A dedup key may be taken, an ordering key busy: such an event is stored pending, not
+        // handed over.
+        let keyed =
+            event.options.dedup_value().is_some() || event.options.ordering_key_value().is_some();
+        let turn = if early || keyed || event.due_at(now).is_some() {
             None
         } else {
             self.dispatcher().handoff().take()
         };
-        let dedup = event.options.dedup_value().is_some();
         let inserted = match turn {
-            // A dedup key may be taken: such an event is stored pending, not handed over.
-            Some(turn) if !dedup => self.insert_handed(event, snapshots, now, turn).await?,
-            _ => {
+            Some(turn) => self.insert_handed(event, snapshots, now, turn).await?,
+            None => {
                 self.insert_pending(vec![event], snapshots, now, early)
                     .await?
             }

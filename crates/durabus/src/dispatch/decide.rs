@@ -29,6 +29,9 @@ pub(crate) struct Failure {
     pub causes: Vec<String>,
     /// No retry can mend it ([`Permanent`](crate::handler::Permanent)): dead-lettered now.
     pub permanent: bool,
+    /// Dead-lettered, the event keeps its ordering key held (the failing subscription's
+    /// `hold_key_on_dead_letter`).
+    pub hold_key: bool,
 }
 
 /// What happened during one pass over an event.
@@ -219,22 +222,26 @@ pub(crate) fn decide(
                 Some(key) => format!("attempt {attempt} [{key}]: {}", failure.error),
                 None => format!("attempt {attempt}: {}", failure.error),
             });
+            let hold_key = failure.hold_key;
             let death = dead.then(|| {
-                Box::new(Death::new(
-                    event.id,
-                    &event.event_type,
-                    failure.key.as_deref(),
-                    &failure.error,
-                    failure.causes.clone(),
-                    errors.clone(),
-                    attempt,
-                    // A permanent failure is not auto-retried either: it waits for an operator.
-                    if failure.permanent {
-                        DeadLetterPolicy::manual_only()
-                    } else {
-                        policies.dead_letters.clone()
-                    },
-                ))
+                Box::new(
+                    Death::new(
+                        event.id,
+                        &event.event_type,
+                        failure.key.as_deref(),
+                        &failure.error,
+                        failure.causes.clone(),
+                        errors.clone(),
+                        attempt,
+                        // A permanent failure is not auto-retried either: it waits for an operator.
+                        if failure.permanent {
+                            DeadLetterPolicy::manual_only()
+                        } else {
+                            policies.dead_letters.clone()
+                        },
+                    )
+                    .holding_key(hold_key),
+                )
             });
             let log = FailureLog {
                 event_id: event.id,

@@ -40,6 +40,9 @@ pub struct Death {
     pub new_group: Option<NewEvent>,
     /// The auto-retry schedule in force.
     pub policy: DeadLetterPolicy,
+    /// For an event with an ordering key: whether the key stays held by the dead letter (the
+    /// failing subscription's `hold_key_on_dead_letter`) instead of moving on.
+    pub hold_key: bool,
 }
 
 /// The type of the event announcing a new dead letter.
@@ -112,7 +115,15 @@ impl Death {
             announcement,
             new_group,
             policy,
+            hold_key: false,
         }
+    }
+
+    /// The same death, keeping an ordering key held (`hold`) or not.
+    #[must_use]
+    pub fn holding_key(mut self, hold: bool) -> Death {
+        self.hold_key = hold;
+        self
     }
 }
 

@@ -140,6 +140,10 @@ pub struct DeadLetter {
     pub resolved_by: Option<String>,
     /// The operator's note on resolving or abandoning.
     pub resolution_note: Option<String>,
+    /// The event's ordering key, if it had one.
+    pub ordering_key: Option<String>,
+    /// How many later events of its ordering key were waiting when it died.
+    pub key_waiting: Option<u64>,
     /// The actions its status allows, by name ([`Action::allowed`](super::Action::allowed)):
     /// what an operator's screen offers.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]

@@ -21,6 +21,7 @@ fn event(event_type: &str, created: i64, status: EventStatus) -> Event {
         deliver_at: None,
         cancelled: Vec::new(),
         cancel_requested: false,
+        ordering_key: None,
     }
 }
 

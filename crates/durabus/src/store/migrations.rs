@@ -38,6 +38,7 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(7, "sqlite", "0007_publish_options.sql", "publish_options"),
     migration!(8, "sqlite", "0008_dedup.sql", "dedup"),
     migration!(9, "sqlite", "0009_periodic.sql", "periodic"),
+    migration!(10, "sqlite", "0010_ordering_keys.sql", "ordering_keys"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -51,6 +52,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
     migration!(6, "postgres", "0006_publish_options.sql", "publish_options"),
     migration!(7, "postgres", "0007_dedup.sql", "dedup"),
     migration!(8, "postgres", "0008_periodic.sql", "periodic"),
+    migration!(9, "postgres", "0009_ordering_keys.sql", "ordering_keys"),
 ];
 
 /// The newest version in `migrations`.

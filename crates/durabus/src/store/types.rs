@@ -101,6 +101,8 @@ pub struct EventQuery {
     pub created_from: Option<Timestamp>,
     /// Only events created before this time.
     pub created_before: Option<Timestamp>,
+    /// Only events with this ordering key.
+    pub ordering_key: Option<String>,
     /// Events to skip. Defaults to 0.
     pub offset: u64,
     /// Most events to return. Defaults to 100.
@@ -114,6 +116,7 @@ impl Default for EventQuery {
             event_type: None,
             created_from: None,
             created_before: None,
+            ordering_key: None,
             offset: 0,
             limit: 100,
         }
@@ -304,6 +307,11 @@ pub struct StoreGauges {
     pub dead_letter_records: u64,
     /// Failure groups first seen within [`NEW_GROUP_WINDOW`] before now.
     pub failure_groups_new: u64,
+    /// Ordering keys held by a dead letter (`hold_key_on_dead_letter`): their later events
+    /// wait until the dead letter is retried or closed.
+    pub held_keys: u64,
+    /// Since when the longest-held of them has been held, if any.
+    pub oldest_held_key_at: Option<Timestamp>,
     /// The failure groups the metrics label, most open first, with their record counts (the
     /// telemetry fills it from [`DeadLetterStore::dlq_groups`](crate::DeadLetterStore); a
     /// store's `gauges` leaves it empty).

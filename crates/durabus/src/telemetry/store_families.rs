@@ -29,6 +29,8 @@ pub(super) struct Gauges {
     store_up: Gauge,
     failure_group_dead_letters: Family<One, Gauge>,
     failure_groups_new: Gauge,
+    held_keys: Gauge,
+    held_key_age: F64Gauge,
 }
 
 impl Gauges {
@@ -51,6 +53,17 @@ impl Gauges {
             "How long the earliest scheduled event has been due without being claimed (0: none \
              due); above a second or so, the workers are behind or stopped",
             gauges.scheduled_overdue.clone(),
+        );
+        registry.register(
+            "ordering_keys_held",
+            "Ordering keys held by a dead letter (hold_key_on_dead_letter): their later events \
+             wait until it is retried or closed",
+            gauges.held_keys.clone(),
+        );
+        registry.register(
+            "ordering_key_held_seconds",
+            "How long the longest-held ordering key has been held by a dead letter (0: none)",
+            gauges.held_key_age.clone(),
         );
         registry.register(
             "dead_letters",
@@ -122,6 +135,9 @@ impl Gauges {
             .set(int(s.scheduled));
         g.scheduled_overdue
             .set(StoreGauges::age(s.next_scheduled_at, input.now));
+        g.held_keys.set(int(s.held_keys));
+        g.held_key_age
+            .set(StoreGauges::age(s.oldest_held_key_at, input.now));
         g.oldest_due_age
             .set(StoreGauges::age(s.oldest_due_at, input.now));
         g.dead_letters

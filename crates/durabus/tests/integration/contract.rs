@@ -157,6 +157,12 @@ macro_rules! all_contract_tests {
             typed::a_typed_publish_reaches_a_typed_handler_with_its_metadata,
             typed::a_payload_that_does_not_fit_is_dead_lettered_once_naming_the_field,
             typed::a_permanent_error_is_never_retried,
+            ordering::events_of_a_key_run_one_at_a_time_in_publish_order,
+            ordering::a_failing_event_holds_its_key_through_its_retries,
+            ordering::a_dead_letter_lets_its_key_move_on_or_holds_it_until_retried,
+            ordering::a_delayed_head_holds_its_key_and_a_cancel_moves_it_on,
+            ordering::a_keys_order_survives_a_crash_mid_delivery,
+            ordering::bad_ordering_keys_are_refused_and_nothing_is_stored,
         );
     };
 }

@@ -9,11 +9,12 @@ fn stats_report_what_the_database_holds() {
     assert_one_line_failure(&durabus(&db, &["stats"]), "does not exist");
     assert!(durabus(&db, &["demo", "--json"]).status.success());
     let s = json(&durabus(&db, &["stats", "--json"]));
-    // The demo's 9 events (its reminder among them, delivered once due), the
-    // `system.dead_letter` event announcing its dead letter and the `system.failure_group.new`
-    // event announcing its failure group (a first).
-    assert_eq!(s["total"], 11);
-    assert_eq!(s["by_status"]["done"], 10);
+    // The demo's 12 events (its reminder among them, delivered once due, and three shipment
+    // steps under an ordering key), the `system.dead_letter` event announcing its dead letter
+    // and the `system.failure_group.new` event announcing its failure group (a first).
+    assert_eq!(s["total"], 14);
+    assert_eq!(s["by_status"]["done"], 13);
+    assert_eq!(s["by_type"]["order.shipment"]["done"], 3);
     assert_eq!(s["by_type"]["order.reminder"]["done"], 1);
     assert_eq!(s["by_status"]["dlq"], 1);
     assert_eq!(s["by_type"]["system.dead_letter"]["done"], 1);
@@ -23,9 +24,9 @@ fn stats_report_what_the_database_holds() {
     let rate = s["by_type"]["order.paid"]["dlq_rate"].as_f64().unwrap();
     assert!((rate - 1.0 / 7.0).abs() < 1e-9, "{rate}");
     assert_eq!(s["by_type"]["user.signed_up"]["dlq_rate"], 0.0);
-    // 8 events never retried (the two announcements and the reminder among them), 2 retried
-    // once, the dead letter used 3 attempts.
-    assert_eq!(s["retry_counts"]["0"], 8);
+    // 11 events never retried (the two announcements, the reminder and the shipment steps
+    // among them), 2 retried once, the dead letter used 3 attempts.
+    assert_eq!(s["retry_counts"]["0"], 11);
     assert_eq!(s["retry_counts"]["1"], 2);
     assert_eq!(s["retry_counts"]["3"], 1);
     let text = stdout(&durabus(&db, &["stats"]));
@@ -46,11 +47,11 @@ fn stats_report_what_the_database_holds() {
             .status
             .success()
     );
-    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 11);
+    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 14);
     let fresh = json(&durabus(&db, &["stats", "--fresh", "--json"]));
-    assert_eq!(fresh["total"], 12);
+    assert_eq!(fresh["total"], 15);
     assert_eq!(fresh["by_type"]["order.paid"]["pending"], 1);
-    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 12);
+    assert_eq!(json(&durabus(&db, &["stats", "--json"]))["total"], 15);
 }
 
 #[test]
@@ -76,9 +77,9 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
 
     let done = json(&prefixed(&["events", "list", "--status", "done", "--json"]));
     let done = done.as_array().unwrap();
-    // Eight of the demo's events (its reminder among them) and the announcements of its dead
-    // letter and failure group.
-    assert_eq!(done.len(), 10);
+    // Eleven of the demo's events (its reminder and its shipment steps among them) and the
+    // announcements of its dead letter and failure group.
+    assert_eq!(done.len(), 13);
     // A time range: everything was created after the epoch and before 2200.
     let since = json(&prefixed(&[
         "events",
@@ -89,7 +90,7 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
         "2200-01-01T00:00:00Z",
         "--json",
     ]));
-    assert_eq!(since.as_array().unwrap().len(), 11);
+    assert_eq!(since.as_array().unwrap().len(), 14);
     let future = json(&prefixed(&[
         "events",
         "list",
@@ -116,7 +117,7 @@ fn history_is_listed_by_time_and_purged_under_a_table_prefix() {
         "0",
         "--json",
     ]));
-    assert_eq!(purged["purged"], 10);
+    assert_eq!(purged["purged"], 13);
     let left = json(&prefixed(&["events", "list", "--json"]));
     let left = left.as_array().unwrap();
     assert_eq!(left.len(), 1);

@@ -60,9 +60,10 @@ fn demo_retries_dead_letters_and_the_dlq_commands_operate_on_them() {
         &db,
         &["events", "list", "--status", "done", "--json"],
     ));
-    // Eight application events (the reminder among them), the `system.dead_letter` event
-    // announcing the dead letter and the `system.failure_group.new` event announcing its group.
-    assert_eq!(done.as_array().unwrap().len(), 10);
+    // Eleven application events (the reminder and three shipment steps among them), the
+    // `system.dead_letter` event announcing the dead letter and the `system.failure_group.new`
+    // event announcing its group.
+    assert_eq!(done.as_array().unwrap().len(), 13);
     let announced = json(&durabus(
         &db,
         &["events", "list", "--type", "system.dead_letter", "--json"],
@@ -170,10 +171,14 @@ fn demo_json_prints_a_summary() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("demo.db");
     let s = json(&durabus(&db, &["demo", "--json", "--orders", "3"]));
-    // A user, three orders, a refused card and a reminder scheduled for later.
-    assert_eq!(s["published"], 6);
+    // A user, three orders, a refused card, a reminder scheduled for later and three shipment
+    // steps under an ordering key.
+    assert_eq!(s["published"], 9);
     assert_eq!(s["scheduled"], 1);
-    assert_eq!(s["delivered"], 5, "the reminder too, once due");
+    assert_eq!(
+        s["delivered"], 8,
+        "the reminder too, once due, and the shipment steps"
+    );
     assert_eq!(s["delivered_after_retry"], 1);
     assert_eq!(s["dead_lettered"], 1);
     assert_eq!(s["dead_letter_ids"].as_array().unwrap().len(), 1);

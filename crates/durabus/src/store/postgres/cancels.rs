@@ -125,6 +125,10 @@ impl CancelStore for PgStore {
             .bind(ms)
             .execute(&mut *tx)
             .await?;
+            if matches!(planned, Plan::CancelEvent) {
+                // Cancelled before it ran: it leaves its ordering key's queue.
+                super::keys::leave(&mut tx, &self.sql, &self.channel, r.event_id, ms).await?;
+            }
             tx.commit().await?;
             Ok(Cancellation {
                 event_id: r.event_id,

@@ -32,6 +32,11 @@ pub(super) struct Many {
     pub(super) skipped: Vec<(EventId, Error)>,
     /// Whether events went back for delivery.
     pub(super) requeued: bool,
+    /// Events sent back for delivery: an ordering key they had takes them back.
+    pub(super) rejoin: Vec<EventId>,
+    /// Events out of delivery for good (closed, purged, a retry called off): a key they held
+    /// moves on.
+    pub(super) leave: Vec<EventId>,
 }
 
 pub(super) fn opt_i64(t: Option<Timestamp>) -> Option<i64> {
@@ -138,6 +143,7 @@ pub(super) async fn act_many(
             .iter()
             .map(|r| r.try_get::<Uuid, _>(0))
             .collect::<std::result::Result<_, _>>()?;
+        many.leave.extend(back.iter().map(|id| EventId(*id)));
         let (kept, lost): (Vec<_>, Vec<_>) = updates
             .into_iter()
             .partition(|(l, _, _)| !withdrawn.contains(&l.id) || back.contains(&l.id.0));
@@ -172,6 +178,7 @@ pub(super) async fn act_many(
             .map(|r| r.try_get::<Uuid, _>(0))
             .collect::<std::result::Result<_, _>>()?;
         many.requeued = !sent.is_empty();
+        many.rejoin = sent.iter().map(|id| EventId(*id)).collect();
         let (kept, lost): (Vec<_>, Vec<_>) = updates
             .into_iter()
             .partition(|(l, _, r)| !*r || sent.contains(&l.id.0));
@@ -231,6 +238,19 @@ pub(super) async fn act_many(
             .execute(&mut *conn)
             .await?;
     }
+    many.leave.extend(
+        updates
+            .iter()
+            .filter(|(_, s, _)| {
+                matches!(
+                    s.status,
+                    crate::dlq::DeadLetterStatus::Resolved
+                        | crate::dlq::DeadLetterStatus::Abandoned
+                )
+            })
+            .map(|(l, _, _)| l.id)
+            .chain(deletes.iter().map(|l| l.id)),
+    );
     if !deletes.is_empty() {
         q(&ops.dl_delete_many)
             .bind(deletes.iter().map(|l| l.id.0).collect::<Vec<_>>())

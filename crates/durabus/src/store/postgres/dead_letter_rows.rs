@@ -53,6 +53,10 @@ pub(super) fn dead_letter(row: &PgRow) -> Result<(DeadLetter, u32)> {
             resolved_at: opt_ts(row, "resolved_at")?,
             resolved_by: row.try_get("resolved_by")?,
             resolution_note: row.try_get("resolution_note")?,
+            ordering_key: row.try_get("ordering_key")?,
+            key_waiting: row
+                .try_get::<Option<i64>, _>("key_waiting")?
+                .map(|n| u64::try_from(n).unwrap_or(0)),
             actions: crate::dlq::Action::allowed(status.parse()?),
         },
         u32_col(row, "rounds")?,

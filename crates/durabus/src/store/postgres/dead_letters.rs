@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::dead_letter_act::act_many;
 use super::dead_letter_rows::{dead_letter, i32_of, json, lock, state_of, summary};
 use super::insert::{Notice, Rows, insert_rows};
+use super::keys::KeyOp;
 use super::operations::{Chunk, write_advance};
 use super::sql::PgSql;
 use super::sql_ops::{Arg, PgOpsSql};
@@ -131,6 +132,7 @@ pub(super) async fn write_death(
             events: vec![a],
             created: vec![now.as_millis()],
             snapshots: Vec::new(),
+            parked: Vec::new(),
         };
         insert_rows(&mut *conn, sql, &rows, None, Some(Notice::to_all(channel))).await?;
     }
@@ -140,6 +142,7 @@ pub(super) async fn write_death(
             events: vec![e],
             created: vec![now.as_millis()],
             snapshots: Vec::new(),
+            parked: Vec::new(),
         };
         insert_rows(conn, sql, &rows, None, Some(Notice::to_all(channel))).await?;
     }
@@ -426,6 +429,15 @@ impl DeadLetterStore for PgStore {
                         now,
                     )
                     .await?;
+                    // Ordering keys, in the keys' order (see `keys::apply`).
+                    let mut key_ops = Vec::new();
+                    for (ids, op) in [(&many.rejoin, KeyOp::Rejoin), (&many.leave, KeyOp::Leave)] {
+                        for (key, id) in super::keys::keys_of(&mut *conn, &sql, ids).await? {
+                            key_ops.push((key, id, op));
+                        }
+                    }
+                    super::keys::apply(&mut *conn, &sql, &channel, key_ops, now.as_millis())
+                        .await?;
                     let mut report = ActReport {
                         applied: many.processed,
                         skipped: many.skipped,

@@ -1,7 +1,9 @@
-//! Dedup windows on PostgreSQL: an insert with dedup keys takes each key with one upsert in
-//! the transaction that stores the events, so racing publishes of one key store one event
-//! (the second waits on the first's row lock, then finds the key taken). Inserts without a
-//! dedup key never come here: they keep the group commit.
+//! Inserts that need a transaction of their own on PostgreSQL: dedup windows and ordering keys.
+//! An insert with dedup keys takes each key with one upsert in the transaction that stores the
+//! events, so racing publishes of one key store one event (the second waits on the first's row
+//! lock, then finds the key taken). An event with an ordering key takes its key's advisory lock,
+//! waits behind the key's unfinished events if there are any, and joins the key's queue. Inserts
+//! with neither never come here: they keep the group commit.
 
 use std::collections::HashSet;
 
@@ -15,9 +17,64 @@ use crate::error::Result;
 use crate::event::{EventId, NewEvent};
 use crate::store::Stored;
 
-/// Whether any of `events` has a dedup key (and needs [`Inserter::write_deduped`]).
+/// Whether any of `events` has a dedup key or an ordering key (and needs
+/// [`Inserter::write_deduped`]).
 pub(super) fn any(events: &[NewEvent]) -> bool {
-    events.iter().any(|e| e.options.dedup_value().is_some())
+    events
+        .iter()
+        .any(|e| e.options.dedup_value().is_some() || e.options.ordering_key_value().is_some())
+}
+
+/// For each of `events`, whether it waits behind unfinished events of its ordering key; takes
+/// the keys' advisory locks (in a fixed order, so two inserts never deadlock) in `conn`'s
+/// transaction. Call [`joined`] after the insert.
+pub(super) async fn behind(
+    conn: &mut PgConnection,
+    sql: &PgSql,
+    events: &[&NewEvent],
+) -> Result<Vec<bool>> {
+    let mut keys: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e.options.ordering_key_value())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut busy = HashSet::new();
+    for k in keys {
+        super::keys::lock(conn, k).await?;
+        if super::keys::busy(conn, sql, k).await? {
+            busy.insert(k);
+        }
+    }
+    // Within one insert, a key's first event may lead; the later ones wait behind it.
+    let mut seen = HashSet::new();
+    Ok(events
+        .iter()
+        .map(|e| match e.options.ordering_key_value() {
+            Some(k) => busy.contains(k) || !seen.insert(k),
+            None => false,
+        })
+        .collect())
+}
+
+/// The events of `events` that `stored` holds and that have an ordering key join their keys'
+/// queues, in their order.
+pub(super) async fn joined(
+    conn: &mut PgConnection,
+    sql: &PgSql,
+    events: &[&NewEvent],
+    stored: &[Uuid],
+) -> Result<()> {
+    let fresh: HashSet<&Uuid> = stored.iter().collect();
+    let (keys, ids): (Vec<&str>, Vec<Uuid>) = events
+        .iter()
+        .filter(|e| fresh.contains(&e.id.0))
+        .filter_map(|e| e.options.ordering_key_value().map(|k| (k, e.id.0)))
+        .unzip();
+    if !ids.is_empty() {
+        super::keys::join(conn, sql, &keys, &ids).await?;
+    }
+    Ok(())
 }
 
 impl Inserter {
@@ -42,6 +99,7 @@ impl Inserter {
             .map(|(e, _)| e)
             .collect();
         let kept_ids: HashSet<EventId> = kept.iter().map(|e| e.id).collect();
+        let parked = behind(&mut tx, &self.sql, &kept).await?;
         let rows = Rows {
             created: vec![r.now; kept.len()],
             snapshots: r
@@ -49,6 +107,7 @@ impl Inserter {
                 .iter()
                 .filter(|s| kept_ids.contains(&s.event_id))
                 .collect(),
+            parked,
             events: kept,
         };
         let (stored, token) = if rows.events.is_empty() {
@@ -56,6 +115,7 @@ impl Inserter {
         } else {
             self.store_rows(&mut tx, &rows, r.claimed).await?
         };
+        joined(&mut tx, &self.sql, &rows.events, &stored).await?;
         crate::fail_point!("insert.before_commit");
         tx.commit().await?;
         self.hold(&stored, token);

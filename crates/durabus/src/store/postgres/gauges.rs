@@ -30,6 +30,8 @@ pub fn statements(s: &str) -> Vec<String> {
         format!("SELECT count(*) FROM {s}.dead_letter_groups WHERE first_seen >= $2"),
         format!("SELECT count(*) FROM {s}.events WHERE status = 'scheduled'"),
         format!("SELECT min(next_attempt_at) FROM {s}.events WHERE status = 'scheduled'"),
+        format!("SELECT count(*) FROM {s}.keyed WHERE held_since IS NOT NULL"),
+        format!("SELECT min(held_since) FROM {s}.keyed WHERE held_since IS NOT NULL"),
     ]
 }
 
@@ -79,6 +81,8 @@ impl PgStore {
             live_workers: Some(count(6)?),
             dead_letter_records: count(7)?,
             failure_groups_new: count(8)?,
+            held_keys: count(11)?,
+            oldest_held_key_at: time(12)?,
             failure_groups: Vec::new(),
         })
     }

@@ -26,6 +26,7 @@ pub(super) struct Beat {
     lease_ms: i64,
     every: Duration,
     held: Arc<Mutex<HashMap<EventId, Uuid>>>,
+    channel: String,
 }
 
 /// When a statement that sets leases waited for its connection a quarter of the lease or more
@@ -62,9 +63,23 @@ impl Beat {
             .await?;
         Ok(())
     }
+
+    /// The ordering keys' safety net: keyed events that finished by a way that does not pass
+    /// through the key's queue (a lease that ran out on an event cancelled during its attempt)
+    /// leave it, and the next event of their key becomes due.
+    async fn sweep_keys(&self, now: Timestamp) -> Result<()> {
+        let mut tx = super::tx::begin(&self.pool).await?;
+        let strays = super::keys::strays(&mut tx, &self.sql).await?;
+        for id in strays {
+            super::keys::leave(&mut tx, &self.sql, &self.channel, id, now.as_millis()).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }
 
-/// Renews leases every `beat.every` until aborted (the store's close).
+/// Renews leases (and sweeps the ordering keys) every `beat.every` until aborted (the store's
+/// close).
 pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::ErrorHook) {
     let mut tick = tokio::time::interval(beat.every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -74,6 +89,9 @@ pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::Er
             super::liveness::note_error(&e);
             tracing::warn!(error = %e, "could not renew leases; retrying at the next beat");
             hook.report(crate::hook::ErrorSource::LeaseRenewal, &e, true);
+        }
+        if let Err(e) = beat.sweep_keys(clock.now()).await {
+            tracing::warn!(error = %e, "could not sweep the ordering keys; retrying at the next beat");
         }
     }
 }
@@ -87,6 +105,7 @@ impl PgStore {
             lease_ms: self.lease_ms,
             every: self.heartbeat_interval(),
             held: self.held.clone(),
+            channel: self.channel.clone(),
         }
     }
 

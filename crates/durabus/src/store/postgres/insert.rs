@@ -72,6 +72,8 @@ pub(super) struct Rows<'a> {
     pub events: Vec<&'a NewEvent>,
     pub created: Vec<i64>,
     pub snapshots: Vec<&'a NewSnapshot>,
+    /// Which events wait behind their ordering key (no due time); empty: none.
+    pub parked: Vec<bool>,
 }
 
 /// Runs the insert statement for `rows` on `conn` (the application's transaction, for the
@@ -113,6 +115,16 @@ pub(super) async fn insert_rows(
         .iter()
         .map(|e| e.options.priority_value())
         .collect();
+    let keys: Vec<Option<&str>> = rows
+        .events
+        .iter()
+        .map(|e| e.options.ordering_key_value())
+        .collect();
+    let parked: Vec<bool> = if rows.parked.is_empty() {
+        vec![false; rows.events.len()]
+    } else {
+        rows.parked.clone()
+    };
     let snaps = SnapshotColumns::of(&rows.snapshots);
     let stored = snaps
         .bind(
@@ -131,6 +143,8 @@ pub(super) async fn insert_rows(
         .bind(notify.map_or("", |n| n.from))
         .bind(&due)
         .bind(&priorities)
+        .bind(&keys)
+        .bind(&parked)
         .fetch_all(conn)
         .await?;
     stored
@@ -256,6 +270,7 @@ impl Inserter {
             events: Vec::new(),
             created: Vec::new(),
             snapshots: Vec::new(),
+            parked: Vec::new(),
         };
         for r in requests {
             for e in &r.events {

@@ -20,6 +20,7 @@ pub mod gauges;
 mod heartbeat;
 mod insert;
 mod jobs;
+mod keys;
 mod listen;
 pub(crate) mod liveness;
 mod operations;

@@ -350,6 +350,7 @@ pub(super) async fn write_advance(
             events: advance.events.iter().collect(),
             created: vec![now.as_millis(); advance.events.len()],
             snapshots: Vec::new(),
+            parked: Vec::new(),
         };
         insert_rows(conn, sql, &rows, None, Some(Notice::to_all(channel))).await?;
     }

@@ -119,10 +119,15 @@ impl PgOutbox {
         }
         let snapshots = own_rows(&events, self.published.snapshots(&events, now)?)?;
         let kept_len = kept.len();
+        // Events with an ordering key take its lock in the application's transaction.
+        let parked = super::dedup::behind(conn, &self.sql, &kept)
+            .await
+            .inspect_err(super::liveness::note_error)?;
         let rows = Rows {
             events: kept,
             created: vec![now.as_millis(); kept_len],
             snapshots: snapshots.iter().collect(),
+            parked,
         };
         let stored = insert_rows(
             conn,
@@ -133,6 +138,9 @@ impl PgOutbox {
         )
         .await
         .inspect_err(super::liveness::note_error)?;
+        super::dedup::joined(conn, &self.sql, &rows.events, &stored)
+            .await
+            .inspect_err(super::liveness::note_error)?;
         // Counted when written: a transaction the application then rolls back was counted all
         // the same (the bus cannot see the application's commit).
         let flags: Vec<Stored> = events

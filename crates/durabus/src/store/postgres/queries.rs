@@ -41,6 +41,9 @@ impl QueryStore for PgStore {
             {
                 stmt = stmt.bind(bound.as_millis());
             }
+            if let Some(k) = query.ordering_key {
+                stmt = stmt.bind(k);
+            }
             stmt.bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
                 .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
                 .fetch_all(&self.pool)

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+use super::keys::KeyOp;
 use super::{PgStore, json_list, q};
 use crate::clock::Timestamp;
 use crate::error::Result;
@@ -23,11 +24,14 @@ impl PgStore {
         now: i64,
     ) -> Result<Vec<bool>> {
         let mut flags = vec![false; outcomes.len()];
+        // Changes to ordering keys' queues, made at the end in the keys' order.
+        let mut key_ops: Vec<(String, EventId, KeyOp)> = Vec::new();
         let done = Completions::of(outcomes, tokens)?;
         if !done.ids.is_empty() {
             let moved = done.write(tx, &self.sql.done, now, &mut flags).await?;
-            // Revived dead letters that were delivered resolve their records.
-            for (id, dlq_count) in &moved {
+            // Revived dead letters that were delivered resolve their records; events with an
+            // ordering key let it move on.
+            for (id, dlq_count, key) in &moved {
                 if *dlq_count > 0 {
                     super::dead_letters::write_delivered(
                         tx,
@@ -36,6 +40,9 @@ impl PgStore {
                         Timestamp(now),
                     )
                     .await?;
+                }
+                if let Some(key) = key {
+                    key_ops.push((key.clone(), EventId(*id), KeyOp::Leave));
                 }
             }
         }
@@ -89,11 +96,14 @@ impl PgStore {
             if matches!(o, Outcome::Retry { .. }) {
                 crate::fail_point!("retry.schedule");
             }
-            let cancelled = match &died {
-                Some(row) => row.try_get::<bool, _>("cancel_requested")?,
-                None => false,
+            let (cancelled, key) = match &died {
+                Some(row) => (
+                    row.try_get::<bool, _>("cancel_requested")?,
+                    row.try_get::<Option<String>, _>("ordering_key")?,
+                ),
+                None => (false, None),
             };
-            if let (Some(_), false, Outcome::Dead { death, .. }) = (died, cancelled, o) {
+            if let (Some(_), false, Outcome::Dead { death, .. }) = (&died, cancelled, o) {
                 crate::fail_point!("dlq.move");
                 super::dead_letters::write_death(
                     tx,
@@ -104,8 +114,15 @@ impl PgStore {
                     Timestamp(now),
                 )
                 .await?;
+                if let Some(key) = key {
+                    let hold = death.hold_key;
+                    key_ops.push((key, *id, KeyOp::Died { hold }));
+                }
+            } else if cancelled && let Some(key) = key {
+                key_ops.push((key, *id, KeyOp::Leave));
             }
         }
+        super::keys::apply(tx, &self.sql, &self.channel, key_ops, now).await?;
         Ok(flags)
     }
 
@@ -205,15 +222,15 @@ impl Completions {
     }
 
     /// Runs `sql` (a done statement) for these completions, flags the outcomes of the events it
-    /// moved and returns them with their dead-letter counts.
+    /// moved and returns them with their dead-letter counts and ordering keys.
     async fn write(
         &self,
         conn: &mut PgConnection,
         sql: &str,
         now: i64,
         flags: &mut [bool],
-    ) -> Result<Vec<(Uuid, i32)>> {
-        let moved: Vec<(Uuid, i32)> = q(sql)
+    ) -> Result<Vec<(Uuid, i32, Option<String>)>> {
+        let moved: Vec<(Uuid, i32, Option<String>)> = q(sql)
             .bind(&self.ids)
             .bind(&self.tokens)
             .bind(&self.delivered)
@@ -221,9 +238,15 @@ impl Completions {
             .fetch_all(conn)
             .await?
             .iter()
-            .map(|r| Ok((r.try_get::<Uuid, _>(0)?, r.try_get::<i32, _>(1)?)))
+            .map(|r| {
+                Ok((
+                    r.try_get::<Uuid, _>(0)?,
+                    r.try_get::<i32, _>(1)?,
+                    r.try_get(2)?,
+                ))
+            })
             .collect::<Result<_>>()?;
-        let ids: HashSet<Uuid> = moved.iter().map(|(id, _)| *id).collect();
+        let ids: HashSet<Uuid> = moved.iter().map(|(id, _, _)| *id).collect();
         for (k, id) in self.ids.iter().enumerate() {
             flags[self.at[k]] = ids.contains(id);
         }

@@ -40,5 +40,6 @@ pub fn event(row: &PgRow) -> Result<Event> {
         deliver_at: row.try_get::<Option<i64>, _>("deliver_at")?.map(Timestamp),
         cancelled: json_col(row, "cancelled")?,
         cancel_requested: row.try_get("cancel_requested")?,
+        ordering_key: row.try_get("ordering_key")?,
     })
 }

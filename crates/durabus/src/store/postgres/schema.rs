@@ -43,6 +43,9 @@ pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
     .execute(&mut *tx)
     .await?;
     let current = stored_version(&mut *tx, quoted).await?;
+    // Migration 2's records of old dead events are written in Rust with today's statements,
+    // so after every migration of this run (in the same transaction).
+    let mut backfill = false;
     for m in migrations::pending(migrations::POSTGRES, current)? {
         tracing::info!(
             version = m.version,
@@ -53,9 +56,7 @@ pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
         sqlx::raw_sql(sqlx::AssertSqlSafe(m.sql.replace("{s}", quoted)))
             .execute(&mut *tx)
             .await?;
-        if m.version == 2 {
-            backfill_dead_letters(&mut tx, quoted).await?;
-        }
+        backfill |= m.version == 2;
         q(&format!(
             "INSERT INTO {quoted}.meta (key, value) VALUES ('schema_version', $1)
              ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -63,6 +64,9 @@ pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
         .bind(m.version.to_string())
         .execute(&mut *tx)
         .await?;
+    }
+    if backfill {
+        backfill_dead_letters(&mut tx, quoted).await?;
     }
     tx.commit().await?;
     Ok(())

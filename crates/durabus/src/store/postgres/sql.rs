@@ -3,12 +3,12 @@
 /// The columns every event query selects, in the order [`super::rows::event`] reads them.
 pub const EVENT_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
      metadata, delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count, priority, deliver_at, \
-     cancelled, cancel_requested";
+     cancelled, cancel_requested, ordering_key";
 
 /// The event log's rows with the live table's columns.
 pub const LOG_COLUMNS: &str = "id, type, payload::text AS payload, status, retry_count, last_error, \
      metadata, delivered, created_at, updated_at, NULL::bigint AS next_attempt_at, NULL::bigint AS dlq_at, \
-     dlq_count, priority, deliver_at, cancelled, false AS cancel_requested";
+     dlq_count, priority, deliver_at, cancelled, false AS cancel_requested, ordering_key";
 
 /// Statements for one schema (`s` is the quoted schema name).
 #[derive(Debug, Clone)]
@@ -49,26 +49,29 @@ impl PgSql {
             // creation times (arrays, one per event); whether they start claimed; the lease's
             // owner, token and length; the channel to notify (sent on commit) if any were stored;
             // nine arrays of payload snapshots; the notification's payload (who sent it); due times
-            // (NULL: due now; else the event is scheduled) and priorities (arrays, one per event).
+            // (NULL: due now; else the event is scheduled), priorities, ordering keys and whether
+            // the event waits behind its key (no due time then) (arrays, one per event).
             insert: format!(
                 "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[],
-                                                 $21::bigint[], $22::smallint[])
-                            WITH ORDINALITY AS u(id, type, payload, metadata, created, due, priority, ord)),
+                                                 $21::bigint[], $22::smallint[], $23::text[], $24::bool[])
+                            WITH ORDINALITY AS u(id, type, payload, metadata, created, due, priority,
+                                                 okey, parked, ord)),
                  fresh AS (INSERT INTO {s}.event_ids (id) SELECT id FROM u
                            ON CONFLICT (id) DO NOTHING RETURNING id),
                  ins AS (
                      INSERT INTO {s}.events (id, type, payload, status, metadata, created_at, updated_at,
                          next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at,
-                         priority, deliver_at)
+                         priority, deliver_at, ordering_key)
                      SELECT d.id, d.type, d.payload::json,
                          CASE WHEN d.due IS NOT NULL THEN 'scheduled' WHEN $6 THEN 'processing' ELSE 'pending' END,
                          d.metadata, d.created, d.created,
-                         CASE WHEN d.due IS NOT NULL THEN d.due WHEN $6 THEN NULL ELSE d.created END,
+                         CASE WHEN d.parked THEN NULL WHEN d.due IS NOT NULL THEN d.due
+                              WHEN $6 THEN NULL ELSE d.created END,
                          CASE WHEN $6 AND d.due IS NULL THEN 1 ELSE 0 END,
                          CASE WHEN d.due IS NULL THEN $7 END, CASE WHEN d.due IS NULL THEN $8 END,
                          CASE WHEN $6 AND d.due IS NULL THEN d.created + $9 END,
                          CASE WHEN $6 AND d.due IS NULL THEN d.created END,
-                         d.priority, d.due
+                         d.priority, d.due, d.okey
                      FROM (SELECT DISTINCT ON (id) * FROM u ORDER BY id, ord) AS d JOIN fresh USING (id)
                      RETURNING id),
                  n AS (SELECT count(pg_notify($10::text, $20::text)) AS c
@@ -156,13 +159,13 @@ impl PgSql {
                  FROM picked p, lazy WHERE e.id = p.id
                  RETURNING e.id, e.type, e.payload::text AS payload, e.status, e.retry_count, e.last_error,
                      e.metadata, e.delivered, e.created_at, e.updated_at, e.next_attempt_at, e.dlq_at, e.dlq_count,
-                     e.priority, e.deliver_at, e.cancelled, e.cancel_requested, p.reclaimed",
+                     e.priority, e.deliver_at, e.cancelled, e.cancel_requested, e.ordering_key, p.reclaimed",
                 promote = crate::store::PROMOTE_CHUNK
             ),
             // Done: moved to the event log, if the caller still holds the lease (fencing).
             done: done(s, ""),
             // The same for events that never were dead letters (committed on its own).
-            done_fresh: done(s, "AND e.dlq_count = 0"),
+            done_fresh: done(s, "AND e.dlq_count = 0 AND e.ordering_key IS NULL"),
             // A failed attempt: back to pending with the next attempt's time (`$7`), or, with no
             // next attempt (`$7` NULL), a dead letter; `cancelled` instead of either if a cancel
             // came during the attempt (returned, so no dead-letter record is written).
@@ -177,7 +180,7 @@ impl PgSql {
                                       THEN dlq_count + 1 ELSE dlq_count END,
                      lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL
                  WHERE id = $1 AND status = 'processing' AND lease_token = $2
-                 RETURNING dlq_count, cancel_requested"
+                 RETURNING dlq_count, cancel_requested, ordering_key"
             ),
             release: format!(
                 "UPDATE {s}.events SET
@@ -320,6 +323,9 @@ impl PgSql {
         if query.created_before.is_some() {
             terms.push(format!("created_at < ${}", next()));
         }
+        if query.ordering_key.is_some() {
+            terms.push(format!("ordering_key = ${}", next()));
+        }
         let filter = if terms.is_empty() {
             String::new()
         } else {
@@ -341,10 +347,12 @@ fn done(s: &str, also: &str) -> String {
              WHERE e.id = o.id AND e.status = 'processing' AND e.lease_token = o.token {also}
              RETURNING e.*, o.delivered AS now_delivered)
          INSERT INTO {s}.event_log (id, type, payload, status, retry_count, attempts, last_error,
-             metadata, delivered, created_at, updated_at, dlq_count, priority, deliver_at, cancelled)
+             metadata, delivered, created_at, updated_at, dlq_count, priority, deliver_at, cancelled,
+             ordering_key)
          SELECT id, type, payload, 'done', retry_count, attempts, last_error, metadata,
-             now_delivered, created_at, $4, dlq_count, priority, deliver_at, cancelled FROM moved
+             now_delivered, created_at, $4, dlq_count, priority, deliver_at, cancelled, ordering_key
+         FROM moved
          ON CONFLICT (id) DO NOTHING
-         RETURNING id, dlq_count"
+         RETURNING id, dlq_count, ordering_key"
     )
 }

@@ -7,7 +7,7 @@ use crate::dlq::{DeadLetterFilter, Keyset};
 pub const DL_COLUMNS: &str = "event_id, seq, event_type, payload::text AS payload, subscription, \
      last_error, causes, error_history, fingerprint, attempts, status, auto_retry_count, \
      manual_retry_count, next_auto_retry_at, created_at, updated_at, last_retry_at, last_retry_by, \
-     resolved_at, resolved_by, resolution_note, rounds";
+     resolved_at, resolved_by, resolution_note, rounds, ordering_key, key_waiting";
 
 /// The columns of a dead-letter summary.
 pub const DL_SUMMARY_COLUMNS: &str = "event_id, seq, event_type, subscription, last_error, \

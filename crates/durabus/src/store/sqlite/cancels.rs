@@ -85,6 +85,10 @@ impl WriteOp for Cancel {
                 "the cancel of event {id} changed {changed} rows"
             )));
         }
+        if matches!(planned, Plan::CancelEvent) {
+            // Cancelled before it ran: it leaves its ordering key's queue.
+            super::keys::leave(conn, sql, r.event_id, now)?;
+        }
         let outcome = planned.outcome();
         conn.prepare_cached(&sql.cn_insert)?.execute(params![
             id,

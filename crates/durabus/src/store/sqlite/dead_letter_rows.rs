@@ -51,6 +51,8 @@ pub(super) fn dead_letter_from_row(row: &Row<'_>) -> rusqlite::Result<DeadLetter
         resolved_at: ts(row.get(18)?),
         resolved_by: row.get(19)?,
         resolution_note: row.get(20)?,
+        ordering_key: row.get(22)?,
+        key_waiting: row.get(23)?,
         actions: crate::dlq::Action::allowed(status(row, 10)?),
     })
 }

@@ -111,14 +111,19 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                 .execute(params![id_text, list, now_ms])?
             {
                 0 => {
-                    // Not an ordinary event: a revived dead letter resolves its record.
-                    let n = conn
+                    // Not an ordinary event: a revived dead letter resolves its record; an
+                    // event with an ordering key lets its key move on.
+                    let revived: Option<bool> = conn
                         .prepare_cached(&sql.record_done_revived)?
-                        .execute(params![id_text, list, now_ms])?;
-                    if n == 1 {
+                        .query_row(params![id_text, list, now_ms], |r| r.get(0))
+                        .optional()?;
+                    if revived == Some(true) {
                         super::row_writes::write_delivered(conn, sql, *id, now)?;
                     }
-                    n
+                    if revived.is_some() {
+                        super::keys::leave(conn, sql, *id, now)?;
+                    }
+                    usize::from(revived.is_some())
                 }
                 n => n,
             }
@@ -141,8 +146,10 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                     next_attempt_at.as_millis()
                 ])
                 .inspect(|_| crate::fail_point!("retry.schedule"))?;
-            // Back to pending: with a priority, it waits in lane 2.
+            // Back to pending: with a priority, it waits in lane 2 (cancelled meanwhile, it
+            // lets its ordering key move on).
             waiting(conn, &sql.waiting_pending, *id)?;
+            super::keys::settle(conn, sql, *id, now)?;
             n
         }
         Outcome::Snooze {
@@ -160,6 +167,7 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
             ])?;
             if n == 1 {
                 waiting(conn, &sql.waiting_pending, *id)?;
+                super::keys::settle(conn, sql, *id, now)?;
                 let mut up = conn.prepare_cached(&sql.snooze_count_up)?;
                 for key in subscriptions {
                     up.execute(params![id_text, key])?;
@@ -174,7 +182,7 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
             delivered,
             death,
         } => {
-            let died: Option<(u32, bool)> = conn
+            let died: Option<(u32, bool, Option<String>)> = conn
                 .prepare_cached(&sql.record_dead)?
                 .query_row(
                     params![
@@ -184,13 +192,20 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                         json_list(delivered)?,
                         now_ms
                     ],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                 )
                 .optional()?;
             // Cancelled during the attempt: no dead letter.
-            if matches!(died, Some((_, false))) {
-                crate::fail_point!("dlq.move");
-                super::row_writes::write_death(conn, sql, *id, death, now)?;
+            match &died {
+                Some((_, false, key)) => {
+                    crate::fail_point!("dlq.move");
+                    super::row_writes::write_death(conn, sql, *id, death, now)?;
+                    if let Some(key) = key {
+                        super::keys::died(conn, sql, *id, key, death.hold_key, now)?;
+                    }
+                }
+                Some((_, true, Some(_))) => super::keys::leave(conn, sql, *id, now)?,
+                _ => {}
             }
             usize::from(died.is_some())
         }
@@ -246,6 +261,7 @@ impl WriteOp for Release {
         for id in &self.0 {
             n += stmt.execute(params![id.to_string(), now.as_millis()])? as u64;
             waiting(conn, &sql.waiting_pending, *id)?;
+            super::keys::settle(conn, sql, *id, now)?;
         }
         Ok(n)
     }
@@ -269,6 +285,10 @@ impl WriteOp for Recover {
             &sql.recover,
             params![now.as_millis(), cost.retry_increment, cost.note],
         )?;
+        if n > 0 {
+            // Events cancelled during their interrupted attempt let their keys move on.
+            super::keys::settle_all(conn, sql, now)?;
+        }
         Ok(n as u64)
     }
 

@@ -26,6 +26,9 @@ pub fn statements(p: &str) -> Vec<String> {
         // Scheduled events are lane 1 of the waiting table (its partial index).
         format!("SELECT count(*) FROM {p}waiting WHERE lane = 1"),
         format!("SELECT min(due) FROM {p}waiting WHERE lane = 1"),
+        // Ordering keys held by a dead letter (a partial index).
+        format!("SELECT count(*) FROM {p}keyed WHERE held_since IS NOT NULL"),
+        format!("SELECT min(held_since) FROM {p}keyed WHERE held_since IS NOT NULL"),
     ]
 }
 
@@ -65,6 +68,8 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
         live_workers: None,
         dead_letter_records: count(6)?,
         failure_groups_new,
+        held_keys: count(10)?,
+        oldest_held_key_at: time(11)?,
         failure_groups: Vec::new(),
     })
 }

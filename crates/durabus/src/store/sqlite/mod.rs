@@ -10,6 +10,7 @@ mod error;
 mod events;
 pub mod gauges;
 mod jobs;
+mod keys;
 mod op;
 mod open;
 mod operations;

@@ -68,6 +68,7 @@ impl QueryStore for SqliteStore {
                 by_type: q.event_type.is_some(),
                 from: q.created_from.is_some(),
                 until: q.created_before.is_some(),
+                by_key: q.ordering_key.is_some(),
             });
             let mut args: Vec<rusqlite::types::Value> = Vec::with_capacity(5);
             if let Some(t) = q.event_type {
@@ -75,6 +76,9 @@ impl QueryStore for SqliteStore {
             }
             for bound in [q.created_from, q.created_before].into_iter().flatten() {
                 args.push(bound.as_millis().into());
+            }
+            if let Some(k) = q.ordering_key {
+                args.push(k.into());
             }
             args.push(i64::try_from(q.limit).unwrap_or(i64::MAX).into());
             args.push(i64::try_from(q.offset).unwrap_or(i64::MAX).into());

@@ -58,15 +58,30 @@ pub(super) fn insert_marking(
                     .map_err(|err| Error::unserialisable("metadata", &err))?,
             )
         };
-        // A scheduled event waits for its time whatever `status` the caller asked for.
+        // A scheduled event waits for its time whatever `status` the caller asked for; an
+        // event with an ordering key is never stored claimed (its key may be busy).
+        let key = e.options.ordering_key_value();
+        let status = match (key, status) {
+            (Some(_), EventStatus::Processing) => EventStatus::Pending,
+            (_, status) => status,
+        };
         let scheduled = e.due_at(now);
-        let (status, due) = match scheduled {
+        let (status, mut due) = match scheduled {
             Some(at) => (EventStatus::Scheduled, Some(at.as_millis())),
             None => (status, (status == EventStatus::Pending).then_some(now_ms)),
         };
+        // Behind unfinished events of its key: it waits with no due time, in no lane.
+        let behind = match key {
+            Some(k) => super::keys::busy(conn, sql, k)?,
+            None => false,
+        };
+        if behind {
+            due = None;
+        }
         let priority = e.options.priority_value();
         // Its lane in the waiting table, if any: 1 scheduled, 2 pending with a priority.
         let lane = match status {
+            _ if behind => None,
             EventStatus::Scheduled => Some(1),
             EventStatus::Pending if priority != 0 => Some(2),
             _ => None,
@@ -82,7 +97,8 @@ pub(super) fn insert_marking(
             due,
             shared(e.id).then_some(1),
             priority,
-            scheduled.map(Timestamp::as_millis)
+            scheduled.map(Timestamp::as_millis),
+            key
         ])?;
         if let (1, Some(lane), Some(due)) = (n, lane, due) {
             conn.prepare_cached(&sql.waiting_put)?
@@ -90,6 +106,9 @@ pub(super) fn insert_marking(
         }
         if n == 1 {
             super::dedup::take(conn, sql, e, now)?;
+            if let Some(k) = key {
+                super::keys::join(conn, sql, k, e.id)?;
+            }
         }
         inserted.push(if n == 1 { Stored::New } else { Stored::Known });
     }
@@ -412,6 +431,8 @@ pub(super) fn apply_action(
                     return Err(picked_up(id, before.status));
                 }
                 waiting(conn, &ops.waiting_delete, id)?;
+                // Out of delivery again: out of its key's queue too.
+                super::keys::leave(conn, sql, id, now)?;
             }
             if send {
                 let reset = requeue();
@@ -421,8 +442,10 @@ pub(super) fn apply_action(
                     reset.retry_count,
                     reset.clear_errors
                 ])?;
-                // Back to pending: with a priority, it waits in lane 2.
+                // Back to pending: with a priority, it waits in lane 2; with an ordering key,
+                // it runs as its key's head or waits in the key's queue.
                 waiting(conn, &ops.waiting_pending, id)?;
+                super::keys::rejoin(conn, sql, id)?;
                 if n != 1 {
                     return Err(Error::Conflict {
                         what: format!("dead letter {id}"),
@@ -434,6 +457,13 @@ pub(super) fn apply_action(
                 }
             }
             set_state(conn, ops, id, &state, now)?;
+            if matches!(
+                state.status,
+                DeadLetterStatus::Resolved | DeadLetterStatus::Abandoned
+            ) {
+                // Closed: a key it held moves on.
+                super::keys::leave(conn, sql, id, now)?;
+            }
             adjust(
                 conn,
                 ops,
@@ -442,6 +472,7 @@ pub(super) fn apply_action(
             Ok(send)
         }
         Change::Delete => {
+            super::keys::leave(conn, sql, id, now)?;
             conn.prepare_cached(&ops.dl_delete)?
                 .execute([id.to_string()])?;
             delete_dead_event(conn, sql, id)?;

@@ -7,7 +7,7 @@ use crate::event::{Event, EventId, EventStatus};
 
 /// The columns every event query selects, in the order [`event_from_row`] reads them.
 pub const EVENT_COLUMNS: &str = "id, type, payload, status, retry_count, last_error, metadata, \
-     delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count, priority, deliver_at, cancelled, cancel_requested";
+     delivered, created_at, updated_at, next_attempt_at, dlq_at, dlq_count, priority, deliver_at, cancelled, cancel_requested, ordering_key";
 
 pub(super) fn corrupt(col: usize, what: String) -> rusqlite::Error {
     rusqlite::Error::FromSqlConversionFailure(col, rusqlite::types::Type::Text, what.into())
@@ -33,7 +33,7 @@ pub fn event_columns_of(alias: &str) -> String {
 }
 
 /// How many columns [`EVENT_COLUMNS`] names: a statement's own columns after them start here.
-pub const EVENT_COLUMN_COUNT: usize = 17;
+pub const EVENT_COLUMN_COUNT: usize = 18;
 
 /// Decodes one row selected with [`EVENT_COLUMNS`].
 pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
@@ -61,6 +61,7 @@ pub fn event_from_row(row: &Row<'_>) -> rusqlite::Result<Event> {
         deliver_at: row.get::<_, Option<i64>>(14)?.map(Timestamp),
         cancelled: json_col(row, 15)?,
         cancel_requested: row.get(16)?,
+        ordering_key: row.get(17)?,
     })
 }
 

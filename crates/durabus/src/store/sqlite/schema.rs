@@ -63,6 +63,9 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
             conn.execute_batch(first)?;
         }
     }
+    // Migration 2's records of old dead events are written in Rust with today's statements,
+    // so after every migration of this run (in the same transaction).
+    let mut backfill = false;
     for m in todo {
         let Some((_, text)) = all.iter().find(|(v, _)| *v == m.version) else {
             continue;
@@ -73,9 +76,7 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
             "migrating the SQLite schema"
         );
         conn.execute_batch(text)?;
-        if m.version == 2 {
-            backfill_dead_letters(conn, sql)?;
-        }
+        backfill |= m.version == 2;
         conn.execute(
             &format!(
                 "INSERT INTO {meta} (key, value) VALUES ('schema_version', ?1)
@@ -83,6 +84,9 @@ pub fn migrate(conn: &Connection, sql: &Sql) -> Result<()> {
             ),
             [m.version.to_string()],
         )?;
+    }
+    if backfill {
+        backfill_dead_letters(conn, sql)?;
     }
     Ok(())
 }

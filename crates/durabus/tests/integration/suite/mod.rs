@@ -11,6 +11,7 @@ pub mod group_metrics;
 pub mod history;
 pub mod lifecycle;
 pub mod operations;
+pub mod ordering;
 pub mod payloads;
 pub mod periodic;
 pub mod publish;

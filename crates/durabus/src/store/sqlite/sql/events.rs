@@ -88,8 +88,8 @@ pub(super) const CLAIM_UPDATE: &str =
 
 /// Inserts one event unless its id exists (idempotent publish).
 pub(super) const INSERT: &str = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at,
-             published_snapshot, priority, deliver_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10) ON CONFLICT(id) DO NOTHING";
+             published_snapshot, priority, deliver_at, ordering_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO NOTHING";
 
 /// The event holding dedup key `?1` in a window still open at `?2`.
 pub(super) const DEDUP_GET: &str =
@@ -106,12 +106,14 @@ pub(super) const DEDUP_PURGE: &str = "DELETE FROM {p}dedup WHERE expires_at <= ?
 /// update, no RETURNING, which costs SQLite an ephemeral table per row).
 pub(super) const RECORD_DONE: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
-         WHERE id = ?1 AND status = 'processing' AND dlq_count = 0";
+         WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND ordering_key IS NULL";
 
-/// Outcome: done, for a revived dead letter (whose record the delivery resolves).
+/// Outcome: done, for a revived dead letter (whose record the delivery resolves) or an event
+/// with an ordering key (whose key moves on): returns whether it was a dead letter.
 pub(super) const RECORD_DONE_REVIVED: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
-         WHERE id = ?1 AND status = 'processing' AND dlq_count > 0";
+         WHERE id = ?1 AND status = 'processing' AND (dlq_count > 0 OR ordering_key IS NOT NULL)
+         RETURNING dlq_count > 0";
 
 /// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:
 /// `cancelled`.
@@ -147,7 +149,7 @@ pub(super) const RECORD_DEAD: &str =
              dlq_at = CASE WHEN cancel_requested THEN NULL ELSE ?5 END, next_attempt_at = NULL,
              dlq_count = dlq_count + 1 - cancel_requested
          WHERE id = ?1 AND status = 'processing'
-         RETURNING dlq_count - 1 + cancel_requested, cancel_requested";
+         RETURNING dlq_count - 1 + cancel_requested, cancel_requested, ordering_key";
 
 /// Gives one claimed event back (`cancelled` instead, if a cancel came meanwhile).
 pub(super) const RELEASE: &str =
@@ -190,10 +192,12 @@ pub(super) const HISTORY_PURGE: &str =
 /// Deletes one event row of the history purge.
 pub(super) const HISTORY_DELETE: &str = "DELETE FROM {p}events WHERE rowid = ?1";
 
-/// The earliest due time of a pending or a scheduled event.
+/// The earliest due time of a pending or a scheduled event (an event waiting behind its
+/// ordering key has none).
 pub(super) const NEXT_DUE: &str = "SELECT min(t) FROM (
          SELECT * FROM (SELECT next_attempt_at AS t FROM {p}events INDEXED BY {p}events_due
-                        WHERE status = 'pending' ORDER BY next_attempt_at LIMIT 1)
+                        WHERE status = 'pending' AND next_attempt_at IS NOT NULL
+                        ORDER BY next_attempt_at LIMIT 1)
          UNION ALL
          SELECT * FROM (SELECT due AS t FROM {p}waiting INDEXED BY {p}waiting_scheduled
                         WHERE lane = 1 ORDER BY due LIMIT 1))";

@@ -194,6 +194,8 @@ pub struct ListFilter {
     pub from: bool,
     /// A `created_at <` parameter.
     pub until: bool,
+    /// An ordering key parameter.
+    pub by_key: bool,
 }
 
 impl Sql {
@@ -214,6 +216,9 @@ impl Sql {
         }
         if f.until {
             terms.push("created_at < ?".to_owned());
+        }
+        if f.by_key {
+            terms.push("ordering_key = ?".to_owned());
         }
         let filter = if terms.is_empty() {
             String::new()

@@ -1,0 +1,321 @@
+//! Ordering keys, on every store: events of one key are handled one at a time in publish
+//! order (across retries, dead letters, cancels, delays and restarts); other keys and unkeyed
+//! events are not held up; bad keys are refused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use durabus::{
+    Actor, ActorKind, ErrorKind, Event, EventBus, EventId, EventQuery, EventStatus, InsertMode,
+    NewEvent, RetryOverride, SubscribeOptions,
+};
+
+use crate::support::*;
+
+/// What the recording handler saw: per key, the payloads in the order their handling started,
+/// and the most runs of one key in flight at once.
+#[derive(Default)]
+struct Log {
+    order: HashMap<String, Vec<i64>>,
+    running: HashMap<String, usize>,
+    most: usize,
+    calls: usize,
+}
+
+type Shared = Arc<Mutex<Log>>;
+
+/// Subscribes a handler to `o.*` that records each run under its key and fails the payloads
+/// in `fail` (each as often as its count says) before succeeding.
+async fn recording(bus: &EventBus, options: SubscribeOptions, fail: HashMap<i64, usize>) -> Shared {
+    let log: Shared = Arc::default();
+    let fail = Arc::new(Mutex::new(fail));
+    let l = log.clone();
+    bus.subscribe(
+        "o.*",
+        move |e: Event| {
+            let (l, fail) = (l.clone(), fail.clone());
+            async move {
+                let key = e.ordering_key.clone().unwrap_or_default();
+                let n: i64 = e.payload().unwrap();
+                {
+                    let mut g = l.lock().unwrap();
+                    g.calls += 1;
+                    g.order.entry(key.clone()).or_default().push(n);
+                    // Unkeyed events (key "") run side by side by design: only keys count.
+                    if !key.is_empty() {
+                        let r = g.running.entry(key.clone()).or_default();
+                        *r += 1;
+                        let r = *r;
+                        g.most = g.most.max(r);
+                    }
+                }
+                // Long enough for another worker slot to take a second event of the key if
+                // the bus let it.
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                if !key.is_empty() {
+                    *l.lock().unwrap().running.get_mut(&key).unwrap() -= 1;
+                }
+                let mut f = fail.lock().unwrap();
+                match f.get_mut(&n) {
+                    Some(left) if *left > 0 => {
+                        *left -= 1;
+                        Err(format!("payload {n} fails").into())
+                    }
+                    _ => Ok(()),
+                }
+            }
+        },
+        options.name("recorder"),
+    )
+    .await
+    .unwrap();
+    log
+}
+
+fn keyed(key: &str, n: i64) -> NewEvent {
+    NewEvent::new("o.step", &n).unwrap().ordering_key(key)
+}
+
+async fn status(bus: &EventBus, id: EventId) -> EventStatus {
+    bus.store().get_event(id).await.unwrap().unwrap().status
+}
+
+async fn reach(bus: &EventBus, id: EventId, want: EventStatus) {
+    eventually(&format!("{id} {want:?}"), || async {
+        (status(bus, id).await == want).then_some(())
+    })
+    .await;
+}
+
+pub async fn events_of_a_key_run_one_at_a_time_in_publish_order(h: &Harness) {
+    let bus = h.builder().await.concurrency(8).build().await.unwrap();
+    let log = recording(&bus, SubscribeOptions::default(), HashMap::new()).await;
+    // Interleaved across three keys, some in one batch, some one by one, plus unkeyed events.
+    let mut batch = Vec::new();
+    for n in 0..10 {
+        for key in ["a", "b"] {
+            batch.push(keyed(key, n));
+        }
+    }
+    bus.enqueue_batch(batch).await.unwrap();
+    for n in 0..10 {
+        bus.enqueue_event(keyed("c", n)).await.unwrap();
+        bus.enqueue("o.free", &(100 + n)).await.unwrap();
+    }
+    bus.start().await.unwrap();
+    eventually("every event handled", || async {
+        (log.lock().unwrap().calls == 40).then_some(())
+    })
+    .await;
+    {
+        let g = log.lock().unwrap();
+        for key in ["a", "b", "c"] {
+            assert_eq!(g.order[key], (0..10).collect::<Vec<_>>(), "key {key}");
+        }
+        assert_eq!(g.most, 1, "never two runs of one key at once");
+    }
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_failing_event_holds_its_key_through_its_retries(h: &Harness) {
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log = recording(
+        &bus,
+        SubscribeOptions::default().retry(RetryOverride::default().max_retries(5)),
+        HashMap::from([(1, 2)]),
+    )
+    .await;
+    bus.start().await.unwrap();
+    let first = bus.enqueue_event(keyed("k", 1)).await.unwrap();
+    let second = bus.enqueue_event(keyed("k", 2)).await.unwrap();
+    let other = bus.enqueue_event(keyed("other", 9)).await.unwrap();
+    // The other key is not held up; the second event waits while the first retries.
+    reach(&bus, other, EventStatus::Done).await;
+    eventually("the first failed once", || async {
+        (log.lock().unwrap().order.get("k").map(Vec::len) == Some(1)).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(status(&bus, second).await, EventStatus::Pending);
+    assert_eq!(log.lock().unwrap().order["k"], vec![1]);
+    for _ in 0..2 {
+        h.advance(Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    reach(&bus, first, EventStatus::Done).await;
+    reach(&bus, second, EventStatus::Done).await;
+    assert_eq!(log.lock().unwrap().order["k"], vec![1, 1, 1, 2]);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_dead_letter_lets_its_key_move_on_or_holds_it_until_retried(h: &Harness) {
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let no_retry = RetryOverride::default().max_retries(0);
+    let log = recording(
+        &bus,
+        SubscribeOptions::default().retry(no_retry),
+        HashMap::from([(1, 1)]),
+    )
+    .await;
+    bus.start().await.unwrap();
+    // The default: the key moves on past the dead letter.
+    let dead = bus.enqueue_event(keyed("moves", 1)).await.unwrap();
+    let next = bus.enqueue_event(keyed("moves", 2)).await.unwrap();
+    reach(&bus, dead, EventStatus::Dlq).await;
+    reach(&bus, next, EventStatus::Done).await;
+    let dl = bus.dead_letters().get(dead).await.unwrap();
+    assert_eq!(dl.ordering_key.as_deref(), Some("moves"));
+    assert_eq!(dl.key_waiting, Some(1), "one later event was waiting");
+    assert_eq!(
+        bus.store()
+            .get_event(dead)
+            .await
+            .unwrap()
+            .unwrap()
+            .ordering_key
+            .as_deref(),
+        Some("moves")
+    );
+    bus.shutdown().await.unwrap();
+
+    // hold_key_on_dead_letter: later events wait until the dead letter is retried.
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log2 = recording(
+        &bus,
+        SubscribeOptions::default()
+            .retry(no_retry)
+            .hold_key_on_dead_letter(true),
+        HashMap::from([(11, 1)]),
+    )
+    .await;
+    bus.start().await.unwrap();
+    let dead = bus.enqueue_event(keyed("held", 11)).await.unwrap();
+    let waits = bus.enqueue_event(keyed("held", 12)).await.unwrap();
+    let free = bus.enqueue_event(keyed("free", 13)).await.unwrap();
+    reach(&bus, dead, EventStatus::Dlq).await;
+    reach(&bus, free, EventStatus::Done).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        status(&bus, waits).await,
+        EventStatus::Pending,
+        "held by the dead letter"
+    );
+    let g = bus.store().gauges(h.clock.now()).await.unwrap();
+    assert_eq!(g.held_keys, 1);
+    assert!(g.oldest_held_key_at.is_some());
+    let me = Actor::new("ops", ActorKind::Library);
+    bus.dead_letters().retry(dead, &me).await.unwrap();
+    reach(&bus, dead, EventStatus::Done).await;
+    reach(&bus, waits, EventStatus::Done).await;
+    assert_eq!(log2.lock().unwrap().order["held"], vec![11, 11, 12]);
+    assert_eq!(
+        bus.store().gauges(h.clock.now()).await.unwrap().held_keys,
+        0
+    );
+    drop(log);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_delayed_head_holds_its_key_and_a_cancel_moves_it_on(h: &Harness) {
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log = recording(&bus, SubscribeOptions::default(), HashMap::new()).await;
+    bus.start().await.unwrap();
+    // Ordered, delayed and prioritised together.
+    let later = bus
+        .enqueue_event(keyed("d", 1).delay(Duration::from_secs(600)).priority(5))
+        .await
+        .unwrap();
+    let now = bus.enqueue_event(keyed("d", 2)).await.unwrap();
+    let third = bus.enqueue_event(keyed("d", 3).priority(-3)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        status(&bus, now).await,
+        EventStatus::Pending,
+        "behind the delayed head"
+    );
+    assert!(!log.lock().unwrap().order.contains_key("d"));
+    // The delayed head comes due: then the rest follow in order.
+    h.advance(Duration::from_secs(600));
+    reach(&bus, third, EventStatus::Done).await;
+    assert_eq!(log.lock().unwrap().order["d"], vec![1, 2, 3]);
+    assert_eq!(status(&bus, later).await, EventStatus::Done);
+
+    // A cancelled head lets the key move on; a cancelled waiting event leaves the queue.
+    let head = bus
+        .enqueue_event(keyed("e", 1).delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let gone = bus.enqueue_event(keyed("e", 2)).await.unwrap();
+    let last = bus.enqueue_event(keyed("e", 3)).await.unwrap();
+    let cancel = |id| durabus::cancel::CancelRequest {
+        event_id: id,
+        subscription: None,
+        actor: Actor::new("ops", ActorKind::Library),
+        reason: "withdrawn".into(),
+    };
+    bus.cancel(cancel(gone)).await.unwrap();
+    bus.cancel(cancel(head)).await.unwrap();
+    reach(&bus, last, EventStatus::Done).await;
+    assert_eq!(log.lock().unwrap().order["e"], vec![3]);
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_keys_order_survives_a_crash_mid_delivery(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    let events: Vec<NewEvent> = (1..=3).map(|n| keyed("crash", n)).collect();
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    store
+        .insert(events, InsertMode::Pending, now)
+        .await
+        .unwrap();
+    // A worker claims the head and dies during its attempt: only the head was claimable.
+    let claimed = store.claim_due(now, 10).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![ids[0]]
+    );
+    drop(store);
+    // Past any lease (PostgreSQL takes a dead worker's events over when it runs out; SQLite
+    // recovers them when the bus starts).
+    h.advance(Duration::from_secs(3600));
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log = recording(&bus, SubscribeOptions::default(), HashMap::new()).await;
+    bus.start().await.unwrap();
+    reach(&bus, ids[2], EventStatus::Done).await;
+    assert_eq!(log.lock().unwrap().order["crash"], vec![1, 2, 3]);
+    assert_eq!(log.lock().unwrap().most, 1);
+    let listed = bus.history().list(EventQuery::default()).await.unwrap();
+    assert!(
+        listed
+            .iter()
+            .all(|e| e.ordering_key.as_deref() == Some("crash"))
+    );
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn bad_ordering_keys_are_refused_and_nothing_is_stored(h: &Harness) {
+    let bus = h.bus().await;
+    for key in [String::new(), "k".repeat(256)] {
+        let e = NewEvent::new("o.bad", &1).unwrap().ordering_key(key);
+        for err in [
+            bus.enqueue_event(e.clone()).await.unwrap_err(),
+            bus.publish_event(e.clone()).await.unwrap_err(),
+        ] {
+            assert_eq!(err.kind(), ErrorKind::InvalidInput, "{err}");
+            assert_eq!(
+                err.invalid_value().map(|i| i.field).as_deref(),
+                Some("ordering_key")
+            );
+        }
+    }
+    assert!(
+        bus.history()
+            .list(EventQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    bus.shutdown().await.unwrap();
+}
