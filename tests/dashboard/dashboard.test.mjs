@@ -287,6 +287,18 @@ test('periodic events are listed, paused, resumed and removed', async () => {
   await t.close();
 });
 
+test('an ordering key lists its events, the later ones waiting for the first', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/events?ordering_key=parcel-42`);
+  await t.page.waitForSelector('main table a.key');
+  const rows = await t.page.$$eval('main table tbody tr', (trs) => trs.map((tr) => tr.textContent));
+  assert.equal(rows.length, 3, rows.join('\n'));
+  assert.ok(rows.every((r) => r.includes('parcel-42')), rows.join('\n'));
+  assert.equal(rows.filter((r) => r.includes('after its key')).length, 2, rows.join('\n'));
+  await shot(t.page, 'events-ordering-key');
+  await t.close();
+});
+
 test('a slow answer for the page left behind never paints over the page shown now', async () => {
   const t = await open(null);
   // The overview's reads answer 1.5 s late; the dead letters are opened meanwhile.

@@ -563,6 +563,7 @@ async function deadLetter(id) {
     el('h1', {}, 'Dead letter ', el('code', { text: d.event_id }), ' ', badge(d.status)),
     el('dl', { class: 'fields' }, [
       ['Type', d.type], ['Subscription', d.subscription || '—'], ['Last error', d.last_error],
+      ['Ordering key', d.ordering_key ? el('span', {}, el('a', { href: `#/events?ordering_key=${encodeURIComponent(d.ordering_key)}`, text: d.ordering_key }), ` (${d.key_waiting || 0} later event(s) of the key were waiting when it died)`) : '—'],
       ['Group', el('a', { href: `#/dead-letters?group=${encodeURIComponent(d.fingerprint)}`, text: d.fingerprint })],
       ['Attempts', d.attempts], ['Created', when(d.created_at)], ['Updated', when(d.updated_at)],
       ['Auto retries', `${d.auto_retry_count} (next ${when(d.next_auto_retry_at)})`],
@@ -616,24 +617,28 @@ async function groups(quiet) {
 
 async function events(params, quiet) {
   const q = new URLSearchParams();
-  for (const k of ['status', 'event_type', 'from', 'to', 'offset']) if (params.get(k)) q.set(k, params.get(k));
+  for (const k of ['status', 'event_type', 'ordering_key', 'from', 'to', 'offset']) if (params.get(k)) q.set(k, params.get(k));
   q.set('limit', '50');
   const page = await attempt(() => get('/api/v2/events?' + q));
   if (!page) return;
   const rows = page.items.map((e) => el('tr', {},
     el('td', { class: 'time' }, el('a', { href: `#/events/${encodeURIComponent(e.id)}`, text: when(e.created_at) })),
-    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.priority || 0)), el('td', {}, String(e.retry_count)),
-    el('td', { class: 'time' }, when(e.next_attempt_at)), el('td', { class: 'time' }, when(e.updated_at))));
+    el('td', {}, e.type), el('td', {}, badge(e.status)), el('td', {}, String(e.priority || 0)),
+    el('td', {}, e.ordering_key ? el('a', { class: 'key', href: `#/events?ordering_key=${encodeURIComponent(e.ordering_key)}`, text: e.ordering_key }) : '—'),
+    el('td', {}, String(e.retry_count)),
+    el('td', { class: 'time' }, e.next_attempt_at ? when(e.next_attempt_at) : (e.ordering_key && (e.status === 'pending' || e.status === 'scheduled') ? 'after its key' : '—')),
+    el('td', { class: 'time' }, when(e.updated_at))));
   const offset = Number(params.get('offset') || 0);
   fill(view(),
     el('h1', { text: 'Events' }),
     filterForm(params, [
       { name: 'status', label: 'Status', options: ['scheduled', 'pending', 'processing', 'done', 'dlq', 'cancelled'] },
       { name: 'event_type', label: 'Type', placeholder: 'order.created' },
+      { name: 'ordering_key', label: 'Ordering key', placeholder: 'order-7' },
       { name: 'from', label: 'From', type: 'datetime-local' },
       { name: 'to', label: 'To', type: 'datetime-local' },
     ], (p) => go('events', p)),
-    table(['Created', 'Type', 'Status', 'Priority', 'Retries', 'Due', 'Updated'], rows, 'No events match.'),
+    table(['Created', 'Type', 'Status', 'Priority', 'Ordering key', 'Retries', 'Due', 'Updated'], rows, 'No events match.'),
     el('div', { class: 'pager' },
       offset > 0 ? el('button', { text: '« Newer', onclick: () => { params.set('offset', Math.max(0, offset - 50)); go('events', params); } }) : null,
       page.next_offset != null ? el('button', { text: 'Older »', onclick: () => { params.set('offset', page.next_offset); go('events', params); } }) : null));
@@ -675,6 +680,7 @@ async function eventDetail(id) {
     el('dl', { class: 'fields' }, [
       ['Type', e.type], ['Created', when(e.created_at)], ['Updated', when(e.updated_at)],
       ['Scheduled for', when(e.deliver_at)], ['Priority', e.priority || 0],
+      ['Ordering key', e.ordering_key ? el('a', { href: `#/events?ordering_key=${encodeURIComponent(e.ordering_key)}`, text: e.ordering_key }) : '—'],
       ['Retries', e.retry_count], ['Next attempt', when(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
       ['Times dead-lettered', e.dlq_count], ['Cancelled for', (e.cancelled || []).join(', ') || '—'], ['Metadata', pretty(e.metadata)],
     ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, String(v))])),

@@ -110,6 +110,18 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .await?;
     }
+    // One parcel's steps under an ordering key, not yet delivered: the first is due, the
+    // others wait for it.
+    for step in ["packed", "shipped", "delivered"] {
+        bus.enqueue_event(
+            durabus::NewEvent::new(
+                "parcel.step",
+                &serde_json::json!({"parcel": 42, "step": step}),
+            )?
+            .ordering_key("parcel-42"),
+        )
+        .await?;
+    }
     // Periodic events, as an application registers them on start.
     bus.periodic(
         durabus::Periodic::new(

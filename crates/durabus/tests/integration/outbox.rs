@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use durabus::rusqlite::Connection;
+use durabus::rusqlite::{Connection, TransactionBehavior};
 use durabus::{
     Error, ErrorKind, Event, EventBus, EventId, EventStatus, NewEvent, Outbox, SqliteOptions,
     SubscribeOptions,
@@ -438,10 +438,14 @@ async fn an_outbox_dedup_key_is_taken_in_the_callers_transaction() {
             .dedup("order-1", Duration::from_secs(60))
     };
     let mut conn = app_connection(&path);
-    let tx = conn.transaction().unwrap();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
     let dropped = outbox.publish_event(&tx, keyed(1)).unwrap();
     tx.rollback().unwrap();
-    let tx = conn.transaction().unwrap();
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
     let first = outbox.publish_event(&tx, keyed(2)).unwrap();
     assert_ne!(first, dropped, "a rolled-back publish holds no key");
     assert_eq!(outbox.publish_event(&tx, keyed(3)).unwrap(), first);
@@ -455,5 +459,23 @@ async fn an_outbox_dedup_key_is_taken_in_the_callers_transaction() {
         .unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].payload, "2");
+    // Ordering keys too: the second event of a key waits behind the first.
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .unwrap();
+    let steps: Vec<_> = (0..2)
+        .map(|n| {
+            let e = NewEvent::new("parcel.step", &n)
+                .unwrap()
+                .ordering_key("p-1");
+            outbox.publish_event(&tx, e).unwrap()
+        })
+        .collect();
+    tx.commit().unwrap();
+    let first = bus.store().get_event(steps[0]).await.unwrap().unwrap();
+    let second = bus.store().get_event(steps[1]).await.unwrap().unwrap();
+    assert!(first.next_attempt_at.is_some(), "the head is due");
+    assert_eq!(second.next_attempt_at, None, "the second waits for its key");
+    assert_eq!(second.ordering_key.as_deref(), Some("p-1"));
     bus.shutdown().await.unwrap();
 }

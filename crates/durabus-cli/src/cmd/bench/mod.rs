@@ -6,6 +6,7 @@ mod dlq;
 mod harness;
 mod history;
 mod metrics;
+mod ordering;
 mod otel;
 mod pg_limits;
 mod pg_schedule;
@@ -62,9 +63,9 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, api, recovery, rss, history, otel, schedule; PostgreSQL: limits,
-    /// publish, e2e, latency, schedule, dlq (with the admin API figure), bulk); the others are
-    /// reported as 0. For profiling one path at a time.
+    /// replay, metrics, api, recovery, rss, history, otel, schedule, ordering; PostgreSQL:
+    /// limits, publish, e2e, latency, schedule, ordering, dlq (with the admin API figure),
+    /// bulk); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -161,6 +162,9 @@ pub struct Report {
     /// Scheduled events and priorities (the `schedule` group).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<schedule::Figures>,
+    /// End to end with and without ordering keys (the `ordering` group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<ordering::Figures>,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -403,6 +407,9 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
             )
             .await?,
         );
+    }
+    if want("ordering") {
+        r.ordering = Some(ordering::run(&b, scale(100_000, 10_000), 1000, runs).await?);
     }
     if want("history") {
         r.history_events = scale(args.history_events, 50_000);

@@ -87,6 +87,16 @@ pub fn print_table(r: &PgReport) {
             "≥ 0.9",
         ),
         (
+            "end to end, 1,000 ordering keys (× none)",
+            format!(
+                "{:.2} ({:.0} / {:.0})",
+                r.ordering_keyed_e2e_eps / r.ordering_unkeyed_e2e_eps.max(1.0),
+                r.ordering_keyed_e2e_eps,
+                r.ordering_unkeyed_e2e_eps
+            ),
+            "≥ 0.8",
+        ),
+        (
             "DLQ records page (ms)",
             format!("{:.2}", r.dlq_records_page_ms),
             "< 10 (1M)",

@@ -53,6 +53,9 @@ pub struct PgReport {
     /// A bus in this process draining what was published, on the same two schemas.
     pub scheduled_empty_drain_eps: f64,
     pub scheduled_full_drain_eps: f64,
+    /// End to end through the workers without ordering keys and with 1,000 keys (medians).
+    pub ordering_unkeyed_e2e_eps: f64,
+    pub ordering_keyed_e2e_eps: f64,
     /// Dead-letter records loaded for the listing figures (1M; `--quick`: 10k).
     pub dlq_records: u64,
     /// First page of records filtered by type and status.
@@ -208,6 +211,18 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         r.scheduled_full_publish_eps = f.full.publish_eps;
         r.scheduled_empty_drain_eps = f.empty.drain_eps;
         r.scheduled_full_drain_eps = f.full.drain_eps;
+    }
+
+    if plan.wants("ordering") {
+        let n = if plan.quick { 5_000 } else { 50_000 };
+        let (f, checks) = super::ordering::pg_run(db, plan.workers, n, 1000, plan.runs, |what| {
+            say(&plan, what)
+        })
+        .await?;
+        r.double_completions += checks.doubles;
+        r.lost_events += checks.lost;
+        r.ordering_unkeyed_e2e_eps = f.unkeyed_e2e_eps;
+        r.ordering_keyed_e2e_eps = f.keyed_e2e_eps;
     }
 
     if plan.wants("dlq") {

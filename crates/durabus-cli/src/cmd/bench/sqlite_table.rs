@@ -191,6 +191,21 @@ pub(super) fn print(r: &Report) {
     if let Some(s) = &r.schedule {
         schedule(s, &ratio);
     }
+    if let Some(o) = &r.ordering {
+        outln!();
+        outln!(
+            "end to end, {} events under {} ordering keys (target: ≥ 0.8 × without keys)",
+            o.ordering_events,
+            o.ordering_keys
+        );
+        outln!("{:<30}  {:>12}  {:>20}", "figure", "no keys", "with keys");
+        outln!(
+            "{:<30}  {:>12.0}  {:>20}",
+            "end to end (ev/s)",
+            o.unkeyed_e2e_eps,
+            ratio(o.keyed_e2e_eps, o.unkeyed_e2e_eps)
+        );
+    }
 }
 
 /// The `schedule` group's figures beside their targets.

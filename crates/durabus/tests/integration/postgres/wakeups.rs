@@ -414,6 +414,23 @@ async fn a_pg_outbox_dedup_key_is_taken_in_the_callers_transaction() {
         .unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].payload, "2");
+    // Ordering keys too: the second event of a key waits behind the first.
+    let mut tx = pool.begin().await.unwrap();
+    let steps = outbox
+        .publish_batch(
+            &mut tx,
+            (0..2)
+                .map(|n| NewEvent::new("x.step", &n).unwrap().ordering_key("p-1"))
+                .collect(),
+            now,
+        )
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let first = bus.store().get_event(steps[0]).await.unwrap().unwrap();
+    let second = bus.store().get_event(steps[1]).await.unwrap().unwrap();
+    assert!(first.next_attempt_at.is_some(), "the head is due");
+    assert_eq!(second.next_attempt_at, None, "the second waits for its key");
     bus.shutdown().await.unwrap();
     drop_schema(&schema).await;
 }
