@@ -39,13 +39,13 @@ pub(super) async fn behind(
         .collect();
     keys.sort_unstable();
     keys.dedup();
-    let mut busy = HashSet::new();
-    for k in keys {
-        super::keys::lock(conn, k).await?;
-        if super::keys::busy(conn, sql, k).await? {
-            busy.insert(k);
-        }
-    }
+    // One statement takes every lock (in key order), one reads which keys are busy.
+    super::keys::lock_all(conn, &keys).await?;
+    let busy = if keys.is_empty() {
+        HashSet::new()
+    } else {
+        super::keys::busy_of(conn, sql, &keys).await?
+    };
     // Within one insert, a key's first event may lead; the later ones wait behind it.
     let mut seen = HashSet::new();
     Ok(events

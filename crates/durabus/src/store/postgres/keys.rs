@@ -21,6 +21,40 @@ pub(super) async fn lock(conn: &mut PgConnection, key: &str) -> Result<()> {
     Ok(())
 }
 
+/// Takes the advisory locks of `keys` (sorted, without repeats) in one statement, in that
+/// order, until the transaction ends.
+pub(super) async fn lock_all(conn: &mut PgConnection, keys: &[&str]) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    q(
+        "SELECT count(pg_advisory_xact_lock(hashtextextended(k, 7109)))
+       FROM (SELECT k FROM UNNEST($1::text[]) WITH ORDINALITY AS u(k, ord) ORDER BY ord) AS o",
+    )
+    .bind(keys)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Which of `keys` have unfinished events (call with their locks held).
+pub(super) async fn busy_of(
+    conn: &mut PgConnection,
+    sql: &PgSql,
+    keys: &[&str],
+) -> Result<std::collections::HashSet<String>> {
+    let s = &sql.schema;
+    let rows = q(&format!(
+        "SELECT DISTINCT key FROM {s}.keyed WHERE key = ANY($1::text[])"
+    ))
+    .bind(keys)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| Ok(r.try_get::<String, _>(0)?))
+        .collect()
+}
+
 /// Whether `key` has unfinished events (call with its lock held).
 pub(super) async fn busy(conn: &mut PgConnection, sql: &PgSql, key: &str) -> Result<bool> {
     let s = &sql.schema;
@@ -222,13 +256,65 @@ pub(super) async fn apply(
     mut ops: Vec<(String, EventId, KeyOp)>,
     now: i64,
 ) -> Result<()> {
+    if ops.is_empty() {
+        return Ok(());
+    }
     ops.sort_by(|a, b| a.0.cmp(&b.0));
+    // The plain case, events leaving (completions), set-based: one statement each for the
+    // locks, the queue rows and the heads made due, whatever their number.
+    if ops.iter().all(|(_, _, op)| *op == KeyOp::Leave) {
+        let mut keys: Vec<&str> = ops.iter().map(|(k, _, _)| k.as_str()).collect();
+        keys.dedup();
+        lock_all(conn, &keys).await?;
+        let ids: Vec<Uuid> = ops.iter().map(|(_, id, _)| id.0).collect();
+        let s = &sql.schema;
+        q(&format!(
+            "DELETE FROM {s}.keyed WHERE event_id = ANY($1::uuid[])"
+        ))
+        .bind(&ids)
+        .execute(&mut *conn)
+        .await?;
+        return wake_heads(conn, sql, channel, &keys, now).await;
+    }
     for (key, id, op) in ops {
         match op {
             KeyOp::Leave => leave(conn, sql, channel, id, now).await?,
             KeyOp::Died { hold } => died(conn, sql, channel, id, &key, hold, now).await?,
             KeyOp::Rejoin => rejoin(conn, sql, id).await?,
         }
+    }
+    Ok(())
+}
+
+/// [`wake_head`] for every key of `keys` (locked), in one statement.
+async fn wake_heads(
+    conn: &mut PgConnection,
+    sql: &PgSql,
+    channel: &str,
+    keys: &[&str],
+    now: i64,
+) -> Result<()> {
+    let s = &sql.schema;
+    let woke = q(&format!(
+        "WITH heads AS (
+             SELECT DISTINCT ON (key) event_id FROM {s}.keyed
+             WHERE key = ANY($1::text[]) ORDER BY key, seq)
+         UPDATE {s}.events AS e SET
+             status = CASE WHEN coalesce(e.deliver_at, 0) > $2 THEN 'scheduled' ELSE 'pending' END,
+             next_attempt_at = CASE WHEN coalesce(e.deliver_at, 0) > $2 THEN e.deliver_at ELSE e.created_at END
+         FROM heads WHERE e.id = heads.event_id
+             AND e.status IN ('pending', 'scheduled') AND e.next_attempt_at IS NULL
+         RETURNING e.id"
+    ))
+    .bind(keys)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    if !woke.is_empty() {
+        q("SELECT pg_notify($1, '')")
+            .bind(channel)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }

@@ -101,7 +101,13 @@ fn promote(conn: &Connection, sql: &Sql, now_ms: i64) -> Result<()> {
     Ok(())
 }
 
-fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -> Result<bool> {
+fn record_one(
+    conn: &Connection,
+    sql: &Sql,
+    outcome: &Outcome,
+    now: Timestamp,
+    woke: &std::sync::atomic::AtomicBool,
+) -> Result<bool> {
     let now_ms = now.as_millis();
     let n = match outcome {
         Outcome::Done { id, delivered } => {
@@ -120,8 +126,9 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                     if revived == Some(true) {
                         super::row_writes::write_delivered(conn, sql, *id, now)?;
                     }
-                    if revived.is_some() {
-                        super::keys::leave(conn, sql, *id, now)?;
+                    if revived.is_some() && super::keys::leave(conn, sql, *id, now)? {
+                        // The next event of its key is due: the dispatcher must look.
+                        woke.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     usize::from(revived.is_some())
                 }
@@ -204,7 +211,9 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
                         super::keys::died(conn, sql, *id, key, death.hold_key, now)?;
                     }
                 }
-                Some((_, true, Some(_))) => super::keys::leave(conn, sql, *id, now)?,
+                Some((_, true, Some(_))) => {
+                    super::keys::leave(conn, sql, *id, now)?;
+                }
                 _ => {}
             }
             usize::from(died.is_some())
@@ -213,7 +222,13 @@ fn record_one(conn: &Connection, sql: &Sql, outcome: &Outcome, now: Timestamp) -
     Ok(n == 1)
 }
 
-struct Record(Vec<Outcome>, Vec<NewSnapshot>);
+/// Outcomes to write, their snapshots, and whether writing them made an event of an ordering
+/// key due.
+struct Record(
+    Vec<Outcome>,
+    Vec<NewSnapshot>,
+    std::sync::atomic::AtomicBool,
+);
 
 impl WriteOp for Record {
     type Reply = Vec<bool>;
@@ -222,7 +237,7 @@ impl WriteOp for Record {
         let applied = self
             .0
             .iter()
-            .map(|o| record_one(conn, sql, o, now))
+            .map(|o| record_one(conn, sql, o, now, &self.2))
             .collect::<Result<Vec<bool>>>()?;
         if !self.1.is_empty() {
             let ids = self
@@ -240,13 +255,14 @@ impl WriteOp for Record {
         // A retry scheduled, or a death that may have announced a new dead letter with a
         // `system.dead_letter` event (a later round of a record announces nothing, and the
         // wake finds nothing new: harmless).
-        self.0.iter().zip(applied).any(|(o, ok)| {
-            *ok && match o {
-                Outcome::Retry { .. } | Outcome::Snooze { .. } => true,
-                Outcome::Dead { death, .. } => death.announcement.is_some(),
-                Outcome::Done { .. } => false,
-            }
-        })
+        self.2.load(std::sync::atomic::Ordering::Relaxed)
+            || self.0.iter().zip(applied).any(|(o, ok)| {
+                *ok && match o {
+                    Outcome::Retry { .. } | Outcome::Snooze { .. } => true,
+                    Outcome::Dead { death, .. } => death.announcement.is_some(),
+                    Outcome::Done { .. } => false,
+                }
+            })
     }
 }
 
@@ -353,7 +369,15 @@ impl EventStore for SqliteStore {
         if outcomes.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(Record(outcomes, snapshots), now).await
+        self.write(
+            Record(
+                outcomes,
+                snapshots,
+                std::sync::atomic::AtomicBool::new(false),
+            ),
+            now,
+        )
+        .await
     }
 
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {

@@ -36,7 +36,8 @@ pub(super) fn join(conn: &Connection, sql: &Sql, key: &str, id: EventId) -> Resu
 
 /// Event `id` leaves its key's queue (it finished, or was cancelled or purged); if it was the
 /// head, the next event of the key becomes due at `now`. Nothing for an event without a row.
-pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<()> {
+/// Returns whether an event became due (the dispatcher should look).
+pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<bool> {
     let key: Option<String> = conn
         .prepare_cached(&stmt(
             sql,
@@ -44,16 +45,16 @@ pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -
         ))?
         .query_row([id.to_string()], |r| r.get(0))
         .optional()?;
-    if let Some(key) = key {
-        wake_head(conn, sql, &key, now)?;
+    match key {
+        Some(key) => wake_head(conn, sql, &key, now),
+        None => Ok(false),
     }
-    Ok(())
 }
 
 /// Makes the head of `key` due if it is waiting (a head that runs, retries or is dead stays as
 /// it is): pending at its publish time, or scheduled at its due time if that is still ahead,
 /// in its waiting lane.
-fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<()> {
+fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<bool> {
     let head: Option<String> = conn
         .prepare_cached(&stmt(
             sql,
@@ -62,7 +63,7 @@ fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<
         .query_row([key], |r| r.get(0))
         .optional()?;
     let Some(head) = head else {
-        return Ok(());
+        return Ok(false);
     };
     let woke: Option<(String, i16, i64)> = conn
         .prepare_cached(&stmt(
@@ -87,8 +88,9 @@ fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<
             conn.prepare_cached(&sql.waiting_put)?
                 .execute(params![head, lane, priority, due])?;
         }
+        return Ok(true);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// After a transition that may have ended event `id` cancelled (a retry, a snooze, a release,
