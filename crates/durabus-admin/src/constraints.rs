@@ -62,6 +62,14 @@ fn non_empty_filter() -> Value {
     ]})
 }
 
+/// A periodic event's name as a schema (see `durabus::periodic::check_name`).
+fn periodic_name() -> Value {
+    json!({
+        "type": "string",
+        "pattern": format!("^[A-Za-z0-9._:-]{{1,{}}}$", durabus::periodic::NAME_MAX),
+    })
+}
+
 /// Writes the rules into `doc` (the document as JSON). Fails naming a schema, property or
 /// parameter the document does not have (a rule that would silently not apply).
 pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
@@ -118,6 +126,25 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
                 "maxLength": MAX_TYPE_LEN,
                 "pattern": format!("^\\*$|{EVENT_TYPE_REGEX}"),
             }),
+        ),
+        (
+            "/api/v2/periodic/{name}/pause",
+            "post",
+            "name",
+            periodic_name(),
+        ),
+        (
+            "/api/v2/periodic/{name}/resume",
+            "post",
+            "name",
+            periodic_name(),
+        ),
+        ("/api/v2/periodic/{name}", "delete", "name", periodic_name()),
+        (
+            "/api/v2/events",
+            "get",
+            "ordering_key",
+            json!({"type": "string", "minLength": 1, "maxLength": durabus::options::ORDERING_KEY_MAX, "pattern": NO_NUL}),
         ),
     ] {
         let params = at(doc, &["paths", path, method, "parameters"])?;

@@ -62,6 +62,18 @@ pub(crate) async fn list(
         .transpose()?;
     let n = limit(q.limit, 100, 1000)?;
     let offset = q.offset.unwrap_or(0);
+    if let Some(k) = &q.ordering_key
+        && (k.is_empty() || k.len() > durabus::options::ORDERING_KEY_MAX || k.contains('\0'))
+    {
+        return Err(ApiError::from(durabus::Error::invalid(
+            "ordering_key",
+            format!("a key of {} bytes", k.len()),
+            format!(
+                "1 to {} bytes, no NUL character",
+                durabus::options::ORDERING_KEY_MAX
+            ),
+        )));
+    }
     let items = state
         .bus()
         .history()

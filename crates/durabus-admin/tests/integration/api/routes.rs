@@ -251,6 +251,18 @@ pub(super) async fn every_refused_value_names_its_field_problem_and_accepted_ran
         assert!(!message.contains("invalid configuration"), "{message}");
         d.clone()
     };
+    // An ordering key out of range, and a periodic event's name.
+    details(
+        &api.get("/api/v2/events?ordering_key=").await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "ordering_key",
+    );
+    details(
+        &api.post("/api/v2/periodic/has%20space/pause", json!({}))
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "name",
+    );
     // The route's own range.
     let d = details(
         &api.get("/api/v2/dead-letters?limit=5000").await,
