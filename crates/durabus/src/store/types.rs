@@ -273,6 +273,9 @@ pub struct PoolGauges {
     pub active: u64,
     /// The most connections the pool opens.
     pub max: u64,
+    /// The bus's statements waiting for a connection (on a pool shared with the application,
+    /// only the bus's own are counted).
+    pub waiting: u64,
 }
 
 /// Depth and age figures of a store, each read by an indexed query (never a scan of the whole

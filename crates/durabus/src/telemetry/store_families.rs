@@ -24,6 +24,7 @@ pub(super) struct Gauges {
     dead_letters: Family<One, Gauge>,
     oldest_dead_letter_age: F64Gauge,
     pool: Family<One, Gauge>,
+    pool_waiters: Gauge,
     wal_bytes: Gauge,
     live_workers: Gauge,
     store_up: Gauge,
@@ -102,6 +103,12 @@ impl Gauges {
                     gauges.pool.clone(),
                 );
                 registry.register(
+                    "db_pool_waiters",
+                    "The bus's statements waiting for a connection of the store's pool at the \
+                     scrape; above 0 for long, the pool is too small for the load",
+                    gauges.pool_waiters.clone(),
+                );
+                registry.register(
                     "live_workers",
                     "Worker processes holding a live lease on an event",
                     gauges.live_workers.clone(),
@@ -156,6 +163,7 @@ impl Gauges {
             ] {
                 g.pool.get_or_create(&one("state", state)).set(int(v));
             }
+            g.pool_waiters.set(int(pool.waiting));
         }
         g.wal_bytes.set(int(s.wal_bytes.unwrap_or(0)));
         g.failure_groups_new.set(int(s.failure_groups_new));

@@ -151,7 +151,7 @@ impl CancelStore for PgStore {
                  FROM {s}.cancellations WHERE event_id = $1 ORDER BY seq"
             ))
             .bind(event_id.0)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.pool.acquire().await?)
             .await?
             .iter()
             .map(cancellation)

@@ -218,7 +218,7 @@ impl PgStore {
         Ok(q(text)
             .bind(at)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.pool.acquire().await?)
             .await?
             .iter()
             .map(|r| r.try_get::<Uuid, _>(0).map(EventId))
@@ -255,7 +255,7 @@ impl DeadLetterStore for PgStore {
             self.check()?;
             let (text, args) = self.sql.ops.dl_list(&filter, &page);
             bind_args(q(&text), args)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| dead_letter(r).map(|(d, _)| d))
@@ -273,7 +273,7 @@ impl DeadLetterStore for PgStore {
             self.check()?;
             let (text, args) = self.sql.ops.dl_list_summaries(&filter, &page);
             bind_args(q(&text), args)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(summary)
@@ -296,7 +296,7 @@ impl DeadLetterStore for PgStore {
             self.check()?;
             let (text, args) = self.sql.ops.dl_count(&filter, bound);
             let n: i64 = bind_args(q(&text), args)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.pool.acquire().await?)
                 .await?
                 .try_get(0)?;
             Ok(u64::try_from(n).unwrap_or(0))
@@ -308,7 +308,7 @@ impl DeadLetterStore for PgStore {
         self.noted(async {
             self.check()?;
             Ok(q(&self.sql.ops.dl_max_seq)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.pool.acquire().await?)
                 .await?
                 .try_get(0)?)
         })
@@ -327,7 +327,7 @@ impl DeadLetterStore for PgStore {
                 .bind(fingerprints)
                 .bind(since.as_millis())
                 .bind(bucket_ms)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {
@@ -347,7 +347,7 @@ impl DeadLetterStore for PgStore {
             self.check()?;
             q(&self.sql.ops.groups)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {
@@ -403,7 +403,7 @@ impl DeadLetterStore for PgStore {
             self.check()?;
             let (text, args) = self.sql.ops.dl_chunk(filter, after, bound, limit.max(1));
             bind_args(q(&text), args)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| Ok((EventId(r.try_get::<Uuid, _>(0)?), r.try_get(1)?)))

@@ -122,7 +122,7 @@ impl EventStore for PgStore {
             ))
             .bind(id.0)
             .bind(key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.pool.acquire().await?)
             .await?;
             Ok(match row {
                 Some(r) => u32::try_from(r.try_get::<i32, _>(0)?).unwrap_or(0),
@@ -135,7 +135,9 @@ impl EventStore for PgStore {
     async fn next_due(&self) -> Result<Option<Timestamp>> {
         self.noted(async {
             self.check()?;
-            let row = q(&self.sql.next_due).fetch_one(&self.pool).await?;
+            let row = q(&self.sql.next_due)
+                .fetch_one(&mut *self.pool.acquire().await?)
+                .await?;
             Ok(row.try_get::<Option<i64>, _>(0)?.map(Timestamp))
         })
         .await
@@ -239,7 +241,7 @@ impl EventStore for PgStore {
                 .bind(&raw)
                 .bind(&self.worker)
                 .bind(now.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected();
             {
@@ -266,7 +268,7 @@ impl EventStore for PgStore {
                 .bind(self.held_tokens())
                 .bind(i32::try_from(cost.retry_increment).unwrap_or(i32::MAX))
                 .bind(cost.note)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected();
             if n > 0 {

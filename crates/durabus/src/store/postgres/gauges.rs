@@ -46,13 +46,29 @@ fn combined(s: &str) -> String {
 }
 
 impl PgStore {
+    /// The pool's connections now, and the bus's statements waiting for one (read from the
+    /// pool, no statement). Waiters are the first sign of a pool too small for the load:
+    /// see [`PgOptions::max_connections`](super::PgOptions::max_connections).
+    pub fn pool_gauges(&self) -> PoolGauges {
+        let size = u64::from(self.pool.size());
+        let idle = self.pool.num_idle() as u64;
+        PoolGauges {
+            idle,
+            active: size.saturating_sub(idle),
+            max: u64::from(self.pool.options().get_max_connections()),
+            waiting: self.pool.waiting(),
+        }
+    }
+
     /// The gauges, in one round trip, and the pool's connections.
     pub(super) async fn read_gauges(&self, now: Timestamp) -> Result<StoreGauges> {
         self.check()?;
+        // Before the statement, which may wait for a connection itself.
+        let pool = self.pool_gauges();
         let row = q(&combined(&self.sql.schema))
             .bind(now.as_millis())
             .bind(now.minus(crate::store::NEW_GROUP_WINDOW).as_millis())
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.pool.acquire().await?)
             .await?;
         let count =
             |i: usize| -> Result<u64> { Ok(u64::try_from(row.try_get::<i64, _>(i)?).unwrap_or(0)) };
@@ -61,8 +77,6 @@ impl PgStore {
         };
         let open = count(3)?;
         let retrying = count(4)?;
-        let size = u64::from(self.pool.size());
-        let idle = self.pool.num_idle() as u64;
         Ok(StoreGauges {
             pending: count(0)?,
             scheduled: count(9)?,
@@ -72,11 +86,7 @@ impl PgStore {
             dead_letters_pending: open.saturating_sub(retrying),
             dead_letters_retrying: retrying,
             oldest_pending_dead_letter_at: time(5)?,
-            pool: Some(PoolGauges {
-                idle,
-                active: size.saturating_sub(idle),
-                max: u64::from(self.pool.options().get_max_connections()),
-            }),
+            pool: Some(pool),
             wal_bytes: None,
             live_workers: Some(count(6)?),
             dead_letter_records: count(7)?,

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::sql::PgSql;
@@ -20,7 +19,7 @@ use crate::sync::lock;
 /// What a heartbeat needs, shared with the store.
 #[derive(Clone)]
 pub(super) struct Beat {
-    pool: PgPool,
+    pool: super::pool::Pool,
     sql: Arc<PgSql>,
     worker: String,
     lease_ms: i64,

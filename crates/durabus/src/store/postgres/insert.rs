@@ -8,7 +8,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sqlx::postgres::PgPool;
 use sqlx::{PgConnection, Row};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use uuid::Uuid;
@@ -39,7 +38,7 @@ pub(super) struct Request {
 /// What an insert needs, shared by the store and its group-commit task.
 #[derive(Clone, Debug)]
 pub(super) struct Inserter {
-    pub pool: PgPool,
+    pub pool: super::pool::Pool,
     pub sql: Arc<PgSql>,
     pub channel: String,
     pub worker: String,

@@ -23,7 +23,10 @@ impl JobStore for PgStore {
         self.noted(async {
             self.check()?;
             let ops = &self.sql.ops;
-            q(&ops.job_ensure).bind(name).execute(&self.pool).await?;
+            q(&ops.job_ensure)
+                .bind(name)
+                .execute(&mut *self.pool.acquire().await?)
+                .await?;
             let until = now.plus(ttl).as_millis();
             let Some(tick) = tick else {
                 let n = q(&ops.job_begin_now)
@@ -31,7 +34,7 @@ impl JobStore for PgStore {
                     .bind(holder)
                     .bind(until)
                     .bind(now.as_millis())
-                    .execute(&self.pool)
+                    .execute(&mut *self.pool.acquire().await?)
                     .await?
                     .rows_affected();
                 return Ok(if n == 1 {
@@ -47,7 +50,7 @@ impl JobStore for PgStore {
                 .bind(holder)
                 .bind(until)
                 .bind(now.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected();
             if n == 1 {
@@ -56,7 +59,7 @@ impl JobStore for PgStore {
             let skipped = q(&ops.job_skip_tick)
                 .bind(name)
                 .bind(tick.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected();
             Ok(if skipped == 1 {
@@ -84,7 +87,7 @@ impl JobStore for PgStore {
                 .bind(status)
                 .bind(message)
                 .bind(now.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(())
         })
@@ -95,7 +98,7 @@ impl JobStore for PgStore {
         self.noted(async {
             self.check()?;
             q(&self.sql.ops.jobs)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {
@@ -124,7 +127,7 @@ impl JobStore for PgStore {
         self.noted(async {
             self.check()?;
             Ok(q(&self.sql.ops.stats_get)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.pool.acquire().await?)
                 .await?
                 .map(|r| r.try_get::<String, _>(0))
                 .transpose()?)
@@ -137,7 +140,7 @@ impl JobStore for PgStore {
             self.check()?;
             q(&self.sql.ops.stats_put)
                 .bind(snapshot)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(())
         })

@@ -28,6 +28,7 @@ mod options;
 mod outbox;
 mod payloads;
 mod periodic;
+mod pool;
 mod queries;
 mod record;
 mod rows;
@@ -73,7 +74,7 @@ use crate::sync::lock;
 /// A [`Store`](crate::Store) on a PostgreSQL database.
 #[derive(Debug)]
 pub struct PgStore {
-    pool: PgPool,
+    pool: pool::Pool,
     sql: Arc<PgSql>,
     schema: String,
     channel: String,
@@ -198,6 +199,7 @@ impl PgStore {
         worker: String,
         owns_pool: bool,
     ) -> Result<PgStore> {
+        let pool = pool::Pool::new(pool);
         let schema = options.schema.clone();
         let quoted = format!("\"{schema}\"");
         if options.create {
@@ -205,7 +207,7 @@ impl PgStore {
         } else {
             let ours: bool = sqlx::query("SELECT to_regclass($1) IS NOT NULL")
                 .bind(format!("{quoted}.meta"))
-                .fetch_one(&pool)
+                .fetch_one(pool.inner())
                 .await?
                 .try_get(0)?;
             if !ours {
@@ -226,7 +228,7 @@ impl PgStore {
         let hook = crate::hook::ErrorHook::default();
         let listener = options.listen.then(|| {
             tokio::spawn(listen::run(
-                pool.clone(),
+                pool.inner().clone(),
                 channel.clone(),
                 worker.clone(),
                 wake.clone(),
@@ -281,7 +283,7 @@ impl PgStore {
 
     /// The connection pool, for applications that share it.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        self.pool.inner()
     }
 
     /// A [`PgOutbox`] writing into this store's tables inside the application's own `sqlx`
@@ -324,11 +326,15 @@ impl PgStore {
     /// follows has committed, and workers poll anyway.
     async fn notify_others(&self) {
         // Sent as this store: its own dispatcher was woken already.
-        let sent = sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(&self.channel)
-            .bind(&self.worker)
-            .execute(&self.pool)
-            .await;
+        let sent = match self.pool.acquire().await {
+            Ok(mut conn) => sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(&self.channel)
+                .bind(&self.worker)
+                .execute(&mut *conn)
+                .await
+                .map(drop),
+            Err(e) => Err(e),
+        };
         if let Err(e) = sent {
             liveness::note(&e);
             tracing::debug!(error = %e, "NOTIFY failed; other workers find the events by polling");

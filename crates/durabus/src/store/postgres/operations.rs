@@ -84,7 +84,7 @@ impl OperationStore for PgStore {
                 .bind(&op.actor.name)
                 .bind(op.actor.kind.as_str())
                 .bind(now.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             self.operation_get(&op.id)
                 .await?
@@ -101,7 +101,7 @@ impl OperationStore for PgStore {
             }
             q(&self.sql.ops.op_get)
                 .bind(id)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.pool.acquire().await?)
                 .await?
                 .as_ref()
                 .map(operation)
@@ -122,7 +122,7 @@ impl OperationStore for PgStore {
                 .bind(status.map(OperationStatus::as_str))
                 .bind(kind.map(OperationKind::as_str))
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(operation)
@@ -174,7 +174,7 @@ impl OperationStore for PgStore {
             self.check()?;
             q(&self.sql.ops.op_open)
                 .bind(i64::from(limit))
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(operation)
@@ -246,7 +246,7 @@ impl OperationStore for PgStore {
                 .bind(id)
                 .bind(holder)
                 .bind(now.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(())
         })
@@ -268,7 +268,7 @@ impl OperationStore for PgStore {
                 .bind(holder)
                 .bind(error)
                 .bind(now.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(())
         })

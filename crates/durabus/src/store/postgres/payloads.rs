@@ -97,7 +97,7 @@ impl PayloadStore for PgStore {
             self.check()?;
             q(&self.sql.ops.pl_list)
                 .bind(event_id.0)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(stored)
@@ -120,7 +120,7 @@ impl PayloadStore for PgStore {
                 .bind(now.as_millis())
                 .bind(actor)
                 .bind(reason)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected())
         })
@@ -131,7 +131,7 @@ impl PayloadStore for PgStore {
         self.noted(async {
             self.check()?;
             q(&self.sql.ops.pl_config_list)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(config)
@@ -154,7 +154,7 @@ impl PayloadStore for PgStore {
                 .bind(c.redact_before_store)
                 .bind(c.updated_at.as_millis())
                 .bind(&c.updated_by)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(())
         })
@@ -166,7 +166,7 @@ impl PayloadStore for PgStore {
             self.check()?;
             Ok(q(&self.sql.ops.pl_config_delete)
                 .bind(event_type)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected()
                 == 1)
@@ -187,7 +187,7 @@ impl PayloadStore for PgStore {
                 None => {
                     q(&self.sql.ops.pl_scan_first)
                         .bind(limit)
-                        .fetch_all(&self.pool)
+                        .fetch_all(&mut *self.pool.acquire().await?)
                         .await?
                 }
                 Some(k) => {
@@ -196,7 +196,7 @@ impl PayloadStore for PgStore {
                         .bind(&k.stage)
                         .bind(k.created_at.as_millis())
                         .bind(limit)
-                        .fetch_all(&self.pool)
+                        .fetch_all(&mut *self.pool.acquire().await?)
                         .await?
                 }
             };
@@ -239,7 +239,7 @@ impl PayloadStore for PgStore {
                         .map(|k| k.created_at.as_millis())
                         .collect::<Vec<_>>(),
                 )
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected())
         })
@@ -252,7 +252,7 @@ impl PayloadStore for PgStore {
             Ok(q(&self.sql.ops.pl_purge_deleted)
                 .bind(cutoff.as_millis())
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected())
         })

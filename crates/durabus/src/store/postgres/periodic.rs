@@ -63,7 +63,7 @@ impl PeriodicStore for PgStore {
                 .bind(r.priority)
                 .bind(r.cursor.as_millis())
                 .bind(r.updated_at.as_millis())
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *self.pool.acquire().await?)
                 .await?;
             row(&stored)
         })
@@ -75,7 +75,7 @@ impl PeriodicStore for PgStore {
             self.check()?;
             let sql = self.periodic_sql("SELECT {c} FROM {s}.periodic ORDER BY name");
             q(&sql)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(row)
@@ -101,7 +101,7 @@ impl PeriodicStore for PgStore {
                 .bind(name)
                 .bind(paused)
                 .bind(now.as_millis())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.pool.acquire().await?)
                 .await?
                 .as_ref()
                 .map(row)
@@ -116,7 +116,7 @@ impl PeriodicStore for PgStore {
             let sql = self.periodic_sql("DELETE FROM {s}.periodic WHERE name = $1 RETURNING {c}");
             q(&sql)
                 .bind(name)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.pool.acquire().await?)
                 .await?
                 .as_ref()
                 .map(row)
@@ -138,7 +138,7 @@ impl PeriodicStore for PgStore {
                 .bind(name)
                 .bind(tick.as_millis())
                 .bind(event_id.0)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(())
         })

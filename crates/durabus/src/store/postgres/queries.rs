@@ -18,7 +18,7 @@ impl QueryStore for PgStore {
             self.check()?;
             q(&self.sql.get_event)
                 .bind(id.0)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.pool.acquire().await?)
                 .await?
                 .as_ref()
                 .map(rows::event)
@@ -46,7 +46,7 @@ impl QueryStore for PgStore {
             }
             stmt.bind(i64::try_from(query.limit).unwrap_or(i64::MAX))
                 .bind(i64::try_from(query.offset).unwrap_or(i64::MAX))
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(rows::event)
@@ -59,7 +59,7 @@ impl QueryStore for PgStore {
         self.noted(async {
             self.check()?;
             q(&self.sql.counts)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {
@@ -78,7 +78,7 @@ impl QueryStore for PgStore {
         self.noted(async {
             self.check()?;
             q(&self.sql.retry_counts)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {
@@ -99,12 +99,12 @@ impl QueryStore for PgStore {
             // Dedup windows closed by the cutoff go with the history (they hold nothing back).
             q(&self.sql.dedup_purge)
                 .bind(cutoff.as_millis())
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(q(&self.sql.history_purge)
                 .bind(cutoff.as_millis())
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected())
         })
@@ -121,7 +121,10 @@ impl QueryStore for PgStore {
             let s = &self.sql.schema;
             let from = since.as_millis().div_euclid(60_000) * 60_000;
             let per_minute = async |sql: String| -> Result<Vec<(i64, u64)>> {
-                let rows = q(&sql).bind(from).fetch_all(&self.pool).await?;
+                let rows = q(&sql)
+                    .bind(from)
+                    .fetch_all(&mut *self.pool.acquire().await?)
+                    .await?;
                 rows.iter()
                     .map(|r| {
                         let n: i64 = r.try_get(1)?;
@@ -149,7 +152,7 @@ impl QueryStore for PgStore {
             self.check()?;
             let row = q(&walk::bound(&self.sql.schema))
                 .bind(now.as_millis())
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.pool.acquire().await?)
                 .await?;
             Ok(match row {
                 Some(r) => Position {
@@ -171,7 +174,7 @@ impl QueryStore for PgStore {
             self.check()?;
             walk::count(&self.sql.schema, selection, bound)
                 .query()
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {
@@ -196,7 +199,7 @@ impl QueryStore for PgStore {
             self.check()?;
             walk::page(&self.sql.schema, selection, bound, after, limit)
                 .query()
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {

@@ -3,7 +3,7 @@
 //! schema name, so exactly one of them applies each version and the others wait, then see it
 //! applied.
 
-use sqlx::{PgPool, Row};
+use sqlx::Row;
 
 use super::q;
 use crate::error::Result;
@@ -29,7 +29,7 @@ where
 }
 
 /// Creates the schema if needed and brings it up to [`SCHEMA_VERSION`].
-pub async fn migrate(pool: &PgPool, schema: &str, quoted: &str) -> Result<()> {
+pub(super) async fn migrate(pool: &super::pool::Pool, schema: &str, quoted: &str) -> Result<()> {
     let mut tx = super::tx::begin(pool).await?;
     // One lock per schema: concurrent starts of many workers serialise here.
     sqlx::query("SELECT pg_advisory_xact_lock(hashtext($1))")

@@ -44,7 +44,7 @@ impl SubscriptionStore for PgStore {
             self.check()?;
             Ok(q(&self.sql.subscription_delete)
                 .bind(id)
-                .execute(&self.pool)
+                .execute(&mut *self.pool.acquire().await?)
                 .await?
                 .rows_affected()
                 == 1)
@@ -56,7 +56,7 @@ impl SubscriptionStore for PgStore {
         self.noted(async {
             self.check()?;
             q(&self.sql.subscriptions)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.pool.acquire().await?)
                 .await?
                 .iter()
                 .map(|r| {

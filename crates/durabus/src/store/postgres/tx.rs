@@ -13,13 +13,13 @@
 //! which rolls it back the usual way before the connection is pooled again. (So a begin whose
 //! caller went away still takes a connection, runs `BEGIN` and `ROLLBACK`, and gives it back.)
 
-use sqlx::postgres::PgPool;
 use sqlx::{Postgres, Transaction};
 
+use super::pool::Pool;
 use crate::error::{Error, Result};
 
-/// Opens a transaction on `pool` (see the module comment for why not `pool.begin()`).
-pub(super) async fn begin(pool: &PgPool) -> Result<Transaction<'static, Postgres>> {
+/// Opens a transaction on `pool` (see the module comment for why not a plain begin).
+pub(super) async fn begin(pool: &Pool) -> Result<Transaction<'static, Postgres>> {
     let pool = pool.clone();
     match tokio::spawn(async move { pool.begin().await }).await {
         Ok(tx) => Ok(tx?),
@@ -45,6 +45,7 @@ mod tests {
     use tokio::sync::watch;
 
     use super::begin;
+    use crate::store::postgres::pool::Pool;
 
     fn options() -> PgConnectOptions {
         let url = std::env::var("DURABUS_TEST_PG_URL")
@@ -115,15 +116,17 @@ mod tests {
         let port = gated_proxy(server, gate_rx).await;
         // One connection, so every statement meets the one the dropped begin used; no ping
         // before handing it out (its answer would be held back too).
-        let pool = PgPoolOptions::new()
-            .max_connections(1)
-            .test_before_acquire(false)
-            .connect_with(direct.clone().host("127.0.0.1").port(port))
-            .await
-            .unwrap();
+        let pool = Pool::new(
+            PgPoolOptions::new()
+                .max_connections(1)
+                .test_before_acquire(false)
+                .connect_with(direct.clone().host("127.0.0.1").port(port))
+                .await
+                .unwrap(),
+        );
         for round in 0..5 {
             let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                .fetch_one(&pool)
+                .fetch_one(pool.inner())
                 .await
                 .unwrap();
             // The connection is back in the pool (its ping on return answered) before the gate

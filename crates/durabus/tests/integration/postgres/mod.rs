@@ -5,6 +5,7 @@
 
 mod faults;
 mod leases;
+mod pool;
 mod schema;
 mod wakeups;
 

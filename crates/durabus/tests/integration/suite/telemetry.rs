@@ -247,6 +247,7 @@ pub async fn gauges_come_from_the_store_and_are_cached(h: &Harness) {
         }
         _ => {
             assert!(sqlite.is_none() && pool.unwrap() >= 1.0);
+            assert_eq!(num(&s, "durabus_db_pool_waiters", &[]), 0.0);
             assert_eq!(num(&s, "durabus_live_workers", &[]), 0.0);
         }
     }
