@@ -39,6 +39,12 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(8, "sqlite", "0008_dedup.sql", "dedup"),
     migration!(9, "sqlite", "0009_periodic.sql", "periodic"),
     migration!(10, "sqlite", "0010_ordering_keys.sql", "ordering_keys"),
+    migration!(
+        11,
+        "sqlite",
+        "0011_dead_letter_types.sql",
+        "dead_letter_types"
+    ),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -53,6 +59,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
     migration!(7, "postgres", "0007_dedup.sql", "dedup"),
     migration!(8, "postgres", "0008_periodic.sql", "periodic"),
     migration!(9, "postgres", "0009_ordering_keys.sql", "ordering_keys"),
+    migration!(
+        10,
+        "postgres",
+        "0010_dead_letter_types.sql",
+        "dead_letter_types"
+    ),
 ];
 
 /// The newest version in `migrations`.

@@ -319,6 +319,10 @@ pub struct StoreGauges {
     /// telemetry fills it from [`DeadLetterStore::dlq_groups`](crate::DeadLetterStore); a
     /// store's `gauges` leaves it empty).
     pub failure_groups: Vec<(String, u64)>,
+    /// Dead-letter records by event type and status (`pending`, `retrying`, `resolved`,
+    /// `abandoned`), as `(type, status, records)` with records above 0: kept by the store as
+    /// records arrive, change status and are purged, so reading them never counts records.
+    pub dead_letter_types: Vec<(String, String, u64)>,
 }
 
 /// How recent a failure group's first failure must be for the gauges to count it as new.

@@ -18,6 +18,10 @@ pub struct MetricsConfig {
     /// bounded however many distinct errors occur. 1 to [`MAX_LABELLED_GROUPS`]; defaults
     /// to 10.
     pub failure_groups: u32,
+    /// Event types `dead_letter_records` labels one by one (those with the most open dead
+    /// letters); the others are summed as `type="other"`, so the series stay bounded however
+    /// many types there are. 1 to [`MAX_LABELLED_GROUPS`]; defaults to 10.
+    pub dead_letter_types: u32,
 }
 
 /// The most failure groups the metrics label one by one.
@@ -29,6 +33,7 @@ impl Default for MetricsConfig {
             prefix: "durabus_".into(),
             gauge_refresh: Duration::from_secs(15),
             failure_groups: 10,
+            dead_letter_types: 10,
         }
     }
 }
@@ -39,14 +44,19 @@ impl MetricsConfig {
         self.prefix.trim_end_matches('_')
     }
 
-    /// Checks the prefix and the number of labelled failure groups.
+    /// Checks the prefix and the numbers of labelled failure groups and types.
     pub fn validate(&self) -> Result<()> {
-        if !(1..=MAX_LABELLED_GROUPS).contains(&self.failure_groups) {
-            return Err(Error::invalid(
-                "metrics.failure_groups",
-                format!("{}", self.failure_groups),
-                format!("1 to {MAX_LABELLED_GROUPS}"),
-            ));
+        for (field, n) in [
+            ("metrics.failure_groups", self.failure_groups),
+            ("metrics.dead_letter_types", self.dead_letter_types),
+        ] {
+            if !(1..=MAX_LABELLED_GROUPS).contains(&n) {
+                return Err(Error::invalid(
+                    field,
+                    format!("{n}"),
+                    format!("1 to {MAX_LABELLED_GROUPS}"),
+                ));
+            }
         }
         let stem = self.stem();
         let mut chars = stem.chars();
@@ -85,6 +95,18 @@ mod tests {
             let e = c.validate().unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{n}");
             assert!(e.to_string().contains("metrics.failure_groups"), "{e}");
+            let c = MetricsConfig {
+                dead_letter_types: n,
+                ..MetricsConfig::default()
+            };
+            let e = c.validate().unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::InvalidInput, "{n}");
+            assert!(e.to_string().contains("metrics.dead_letter_types"), "{e}");
         }
+        let c = MetricsConfig {
+            dead_letter_types: 100,
+            ..MetricsConfig::default()
+        };
+        assert!(c.validate().is_ok());
     }
 }

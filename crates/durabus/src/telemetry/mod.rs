@@ -44,6 +44,8 @@ pub(crate) async fn read_gauges(
         .into_iter()
         .map(|g| (g.fingerprint, g.count))
         .collect();
+    gauges.dead_letter_types =
+        store_families::by_type(&gauges.dead_letter_types, config.dead_letter_types);
     Ok(gauges)
 }
 

@@ -9,6 +9,7 @@ use prometheus_client::registry::Registry;
 use super::{ScrapeInput, StoreGauges, StoreKind};
 
 type One = [(&'static str, String); 1];
+type Two = [(&'static str, String); 2];
 type F64Gauge = Gauge<f64, AtomicU64>;
 
 fn one(key: &'static str, value: &str) -> One {
@@ -30,6 +31,7 @@ pub(super) struct Gauges {
     store_up: Gauge,
     failure_group_dead_letters: Family<One, Gauge>,
     failure_groups_new: Gauge,
+    dead_letter_records: Family<Two, Gauge>,
     held_keys: Gauge,
     held_key_age: F64Gauge,
 }
@@ -82,6 +84,13 @@ impl Gauges {
              the most open dead letters, the rest as group=\"other\"; rate() of it is a group's \
              trend",
             gauges.failure_group_dead_letters.clone(),
+        );
+        registry.register(
+            "dead_letter_records",
+            "Dead-letter records by event type and status (pending, retrying, resolved, \
+             abandoned) for the types with the most open dead letters, the rest as \
+             type=\"other\"",
+            gauges.dead_letter_records.clone(),
         );
         registry.register(
             "failure_groups_new",
@@ -181,5 +190,58 @@ impl Gauges {
             .get_or_create(&one("group", "other"))
             .set(int(s.dead_letter_records.saturating_sub(labelled)));
         g.live_workers.set(int(s.live_workers.unwrap_or(0)));
+        // Rebuilt like the groups: a type that left the top is counted in `other` from then.
+        g.dead_letter_records.clear();
+        for (ty, status, n) in &s.dead_letter_types {
+            g.dead_letter_records
+                .get_or_create(&[("type", ty.clone()), ("status", status.clone())])
+                .set(int(*n));
+        }
     }
+}
+
+/// The dead-letter statuses, in the order of the counts [`by_type`] gives.
+const STATUSES: [&str; 4] = ["pending", "retrying", "resolved", "abandoned"];
+
+/// The `labelled` types with the most open (`pending` and `retrying`) dead letters, then the
+/// most records, with their records in every status (0 included), and `other` with the sum of
+/// the rest (always present, so the series do not come and go).
+pub(super) fn by_type(rows: &[(String, String, u64)], labelled: u32) -> Vec<(String, String, u64)> {
+    let mut types: std::collections::BTreeMap<&str, [u64; 4]> = Default::default();
+    for (ty, status, n) in rows {
+        if let Some(i) = STATUSES.iter().position(|s| s == status) {
+            let c = types.entry(ty.as_str()).or_default();
+            c[i] = c[i].saturating_add(*n);
+        }
+    }
+    let mut ranked: Vec<(&str, [u64; 4])> = types.into_iter().collect();
+    let open = |c: &[u64; 4]| c[0].saturating_add(c[1]);
+    let all = |c: &[u64; 4]| c.iter().fold(0u64, |a, n| a.saturating_add(*n));
+    // Stable: equal types stay in name order.
+    ranked.sort_by(|a, b| {
+        open(&b.1)
+            .cmp(&open(&a.1))
+            .then_with(|| all(&b.1).cmp(&all(&a.1)))
+    });
+    let keep = usize::try_from(labelled).unwrap_or(usize::MAX);
+    let mut other = [0u64; 4];
+    let mut out = Vec::new();
+    for (i, (ty, c)) in ranked.into_iter().enumerate() {
+        if i < keep && ty != "other" {
+            out.push((ty.to_owned(), c));
+        } else {
+            for (o, n) in other.iter_mut().zip(c) {
+                *o = o.saturating_add(n);
+            }
+        }
+    }
+    out.push(("other".to_owned(), other));
+    out.into_iter()
+        .flat_map(|(ty, c)| {
+            STATUSES
+                .iter()
+                .zip(c)
+                .map(move |(status, n)| (ty.clone(), (*status).to_owned(), n))
+        })
+        .collect()
 }

@@ -129,6 +129,7 @@ macro_rules! all_contract_tests {
             telemetry::handler_failures_reach_the_error_hook_when_asked,
             group_metrics::the_largest_failure_groups_are_labelled_and_new_ones_counted,
             group_metrics::ten_thousand_distinct_errors_stay_eleven_series,
+            type_metrics::dead_letters_are_counted_by_type_and_status_with_bounded_labels,
             telemetry::a_bad_prefix_is_refused_and_a_good_one_is_used,
             schedule::a_delayed_event_waits_for_its_time_and_is_delivered_once,
             schedule::a_time_in_the_past_means_now,

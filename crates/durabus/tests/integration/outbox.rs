@@ -240,6 +240,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
         vec![
             "app_bus_cancellations",
             "app_bus_dead_letter_groups",
+            "app_bus_dead_letter_types",
             "app_bus_dead_letters",
             "app_bus_dedup",
             "app_bus_event_payloads",
@@ -257,6 +258,19 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
             "orders",
             "sqlite_sequence"
         ]
+    );
+    // So do its triggers (they keep the dead-letter counts by type).
+    let triggers: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'trigger' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(triggers.len(), 3, "{triggers:?}");
+    assert!(
+        triggers.iter().all(|t| t.starts_with("app_bus_")),
+        "{triggers:?}"
     );
     let mine: String = conn
         .query_row("SELECT what FROM events", [], |r| r.get(0))

@@ -35,6 +35,12 @@ pub fn statements(s: &str) -> Vec<String> {
     ]
 }
 
+/// Dead-letter records by type and status, kept by triggers (a small table; public for the
+/// query-plan test).
+pub fn types_statement(s: &str) -> String {
+    format!("SELECT event_type, status, count FROM {s}.dead_letter_types WHERE count > 0")
+}
+
 /// All of [`statements`] as one query returning one row.
 fn combined(s: &str) -> String {
     let parts: Vec<String> = statements(s)
@@ -77,6 +83,18 @@ impl PgStore {
         };
         let open = count(3)?;
         let retrying = count(4)?;
+        let dead_letter_types = q(&types_statement(&self.sql.schema))
+            .fetch_all(&mut *self.pool.acquire().await?)
+            .await?
+            .into_iter()
+            .map(|r| -> Result<(String, String, u64)> {
+                Ok((
+                    r.try_get(0)?,
+                    r.try_get(1)?,
+                    u64::try_from(r.try_get::<i64, _>(2)?).unwrap_or(0),
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(StoreGauges {
             pending: count(0)?,
             scheduled: count(9)?,
@@ -94,6 +112,7 @@ impl PgStore {
             held_keys: count(11)?,
             oldest_held_key_at: time(12)?,
             failure_groups: Vec::new(),
+            dead_letter_types,
         })
     }
 }

@@ -29,6 +29,8 @@ pub fn statements(p: &str) -> Vec<String> {
         // Ordering keys held by a dead letter (a partial index).
         format!("SELECT count(*) FROM {p}keyed WHERE held_since IS NOT NULL"),
         format!("SELECT min(held_since) FROM {p}keyed WHERE held_since IS NOT NULL"),
+        // Dead-letter records by type and status, kept by triggers (a small table).
+        format!("SELECT event_type, status, count FROM {p}dead_letter_types WHERE count > 0"),
     ]
 }
 
@@ -54,6 +56,16 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
     };
     let open = count(3)?;
     let retrying = count(4)?;
+    let dead_letter_types = conn
+        .prepare_cached(&s[12])?
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                u64::try_from(r.get::<_, i64>(2)?).unwrap_or(0),
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(StoreGauges {
         pending: count(0)?,
         scheduled: count(8)?,
@@ -71,6 +83,7 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
         held_keys: count(10)?,
         oldest_held_key_at: time(11)?,
         failure_groups: Vec::new(),
+        dead_letter_types,
     })
 }
 

@@ -293,7 +293,8 @@ async fn a_garbled_schema_version_is_refused_and_the_file_left_alone() {
 }
 
 /// The metrics' gauge queries are index lookups, never a scan of the event table or the dead
-/// letters (only the failure groups, one row per group, may be read whole).
+/// letters (only the failure groups, one row per group, and the dead-letter counts by type,
+/// one row per type and status, may be read whole).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_gauge_queries_use_indexes() {
     let (_dir, path) = temp();
@@ -316,7 +317,8 @@ async fn the_gauge_queries_use_indexes() {
         assert!(!plan.is_empty(), "{sql}");
         for line in &plan {
             let indexed = line.contains("USING INDEX") || line.contains("USING COVERING INDEX");
-            let groups = line == "SCAN durabus_dead_letter_groups";
+            let groups = line == "SCAN durabus_dead_letter_groups"
+                || line == "SCAN durabus_dead_letter_types";
             assert!(indexed || groups, "{sql}: {line}");
         }
     }

@@ -22,4 +22,5 @@ pub mod snooze;
 pub mod stats;
 pub mod store;
 pub mod telemetry;
+pub mod type_metrics;
 pub mod typed;
