@@ -124,12 +124,15 @@ enum Command {
     /// database, beside the application's workers. Tokens come from DURABUS_ADMIN_TOKEN,
     /// DURABUS_READ_TOKEN or --tokens-file.
     Serve(cmd::serve::Args),
+    /// Run a worker whose handlers are commands: each event of a type matching PATTERN runs
+    /// COMMAND with its payload on standard input (--handler 'PATTERN=COMMAND').
+    Worker(cmd::worker::Args),
     /// Measure throughput, latency, recovery and memory on fresh databases (build with --release).
     /// With --db postgres://… it measures PostgreSQL with --workers worker processes.
     Bench(cmd::bench::Args),
     /// One worker process of the PostgreSQL benchmark (started by `bench`).
     #[command(hide = true)]
-    BenchWorker(cmd::worker::Args),
+    BenchWorker(cmd::bench_worker::Args),
 }
 
 fn main() -> ExitCode {
@@ -137,6 +140,8 @@ fn main() -> ExitCode {
     // A server logs its requests; the other commands print their results and log errors only.
     let default_log = match cli.command {
         Command::Serve(_) => "warn,durabus_admin=info,durabus_cli=info",
+        // Delivery failures (with the event's fields) and the worker's own lines.
+        Command::Worker(_) => "warn,durabus_cli=info",
         _ => "error",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -197,8 +202,9 @@ fn main() -> ExitCode {
             Command::Stats(args) => cmd::stats::run(&db, cli.json, args).await,
             Command::Metrics(args) => cmd::metrics::run(&db, args).await,
             Command::Serve(args) => cmd::serve::run(&db, args).await,
+            Command::Worker(args) => cmd::worker::run(&db, args).await,
             Command::Bench(args) => cmd::bench::run(&db, cli.json, args).await,
-            Command::BenchWorker(args) => cmd::worker::run(&db, args).await,
+            Command::BenchWorker(args) => cmd::bench_worker::run(&db, args).await,
         }
     });
     match result {

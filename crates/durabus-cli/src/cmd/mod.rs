@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod bench;
+pub mod bench_worker;
 pub mod demo;
 pub mod dlq;
 pub mod events;

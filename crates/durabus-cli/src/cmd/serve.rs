@@ -122,7 +122,8 @@ pub async fn run(db: &crate::cmd::Db, args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn stop_signal() {
+/// Returns on SIGTERM or Ctrl-C.
+pub(crate) async fn stop_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -141,5 +142,5 @@ async fn stop_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
-    tracing::info!(target: "durabus_cli", "durabus serve: stopping (in-flight requests finish first)");
+    tracing::info!(target: "durabus_cli", "stopping: work in flight finishes first");
 }

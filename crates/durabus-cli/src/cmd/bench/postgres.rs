@@ -14,7 +14,7 @@ use super::pg_workers::{
     EndToEnd, drop_schema, fresh, publisher_and_workers, tally, wait_completed,
 };
 use crate::cmd::Db;
-use crate::cmd::worker::now_us;
+use crate::cmd::bench_worker::now_us;
 
 /// Every figure of the PostgreSQL run, as printed with `--json`.
 #[derive(Debug, Default, Serialize)]

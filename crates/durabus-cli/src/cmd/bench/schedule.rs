@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::harness::{Bench, Counter, batches, percentile};
 use super::history::{self, Fill};
-use crate::cmd::worker::now_us;
+use crate::cmd::bench_worker::now_us;
 
 /// The figures of the `schedule` group (SQLite).
 #[derive(Debug, Default, Clone, Serialize)]

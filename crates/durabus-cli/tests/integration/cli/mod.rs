@@ -5,6 +5,7 @@ mod commands;
 mod demo;
 mod pipes;
 mod scheduling;
+mod worker;
 
 use std::path::Path;
 
