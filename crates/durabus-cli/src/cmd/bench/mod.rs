@@ -159,8 +159,6 @@ pub struct Report {
     pub otel_layer_eps: f64,
     /// The same with the SDK's simple processor (no batch thread).
     pub otel_simple_eps: f64,
-    /// The batch processor and the layer as the docs wire it (no per-span extras).
-    pub otel_lean_eps: f64,
     /// Scheduled events and priorities (the `schedule` group).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<schedule::Figures>,
@@ -275,15 +273,12 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
                 let batch = otel::end_to_end(&b, r.events, otel::Tracing::Batch).await?;
                 b.cleanup();
                 let simple = otel::end_to_end(&b, r.events, otel::Tracing::Simple).await?;
-                b.cleanup();
-                let lean = otel::end_to_end(&b, r.events, otel::Tracing::Lean).await?;
-                Ok((none, batch, simple, lean))
+                Ok((none, batch, simple))
             })
             .await?;
         r.otel_none_eps = median(runs_of.iter().map(|p| p.0).collect());
         r.otel_layer_eps = median(runs_of.iter().map(|p| p.1).collect());
         r.otel_simple_eps = median(runs_of.iter().map(|p| p.2).collect());
-        r.otel_lean_eps = median(runs_of.iter().map(|p| p.3).collect());
     }
     if want("latency") {
         b.say("latency, publish to handler start");

@@ -33,17 +33,13 @@ pub enum Tracing {
     /// The layer, spans handed to the exporter as each ends, on the thread that ends it: the
     /// recording alone, without the batch thread's wake-ups.
     Simple,
-    /// The layer as `docs/OBSERVABILITY.md` wires it (batch processor): without the
-    /// attributes it adds to every span by default (source location, thread, busy and idle
-    /// time, target), which the bus's spans do not need.
-    Lean,
 }
 
 /// End to end (events/s) over `n` events, traced as `tracing` says.
 pub async fn end_to_end(b: &Bench, n: u64, tracing: Tracing) -> anyhow::Result<f64> {
     let provider = match tracing {
         Tracing::None => None,
-        Tracing::Batch | Tracing::Lean => Some(
+        Tracing::Batch => Some(
             SdkTracerProvider::builder()
                 .with_batch_exporter(Dropped)
                 .build(),
@@ -55,16 +51,6 @@ pub async fn end_to_end(b: &Bench, n: u64, tracing: Tracing) -> anyhow::Result<f
         ),
     };
     let dispatch = match &provider {
-        Some(p) if tracing == Tracing::Lean => Dispatch::new(
-            tracing_subscriber::registry().with(
-                tracing_opentelemetry::layer()
-                    .with_location(false)
-                    .with_threads(false)
-                    .with_tracked_inactivity(false)
-                    .with_target(false)
-                    .with_tracer(p.tracer("durabus-bench")),
-            ),
-        ),
         Some(p) => Dispatch::new(
             tracing_subscriber::registry()
                 .with(tracing_opentelemetry::layer().with_tracer(p.tracer("durabus-bench"))),

@@ -32,23 +32,14 @@ pub(super) fn print(r: &Report) {
         ),
         ("end to end (ev/s)", format!("{:.0}", r.e2e_eps), "≥ 40,000"),
         (
-            "end to end, OpenTelemetry layer as documented (× none)",
+            "end to end, OpenTelemetry layer (× none)",
             format!(
                 "{:.2} ({:.0} / {:.0})",
-                r.otel_lean_eps / r.otel_none_eps.max(1.0),
-                r.otel_lean_eps,
+                r.otel_layer_eps / r.otel_none_eps.max(1.0),
+                r.otel_layer_eps,
                 r.otel_none_eps
             ),
             "≥ 0.8",
-        ),
-        (
-            "end to end, layer with its default extras (× none)",
-            format!(
-                "{:.2} ({:.0})",
-                r.otel_layer_eps / r.otel_none_eps.max(1.0),
-                r.otel_layer_eps
-            ),
-            "—",
         ),
         (
             "end to end, layer, simple processor (× none)",
