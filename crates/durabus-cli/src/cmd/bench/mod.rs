@@ -18,6 +18,7 @@ mod publish;
 mod replay;
 mod schedule;
 mod sqlite_table;
+mod verdict;
 
 use std::time::Instant;
 
