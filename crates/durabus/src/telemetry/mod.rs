@@ -9,6 +9,7 @@
 mod config;
 #[cfg(feature = "opentelemetry")]
 pub(crate) mod context;
+mod dead_letter_types;
 mod gauges;
 mod retry;
 pub(crate) mod spans;
@@ -45,7 +46,7 @@ pub(crate) async fn read_gauges(
         .map(|g| (g.fingerprint, g.count))
         .collect();
     gauges.dead_letter_types =
-        store_families::by_type(&gauges.dead_letter_types, config.dead_letter_types);
+        dead_letter_types::by_type(&gauges.dead_letter_types, config.dead_letter_types);
     Ok(gauges)
 }
 
