@@ -11,6 +11,7 @@ pub(crate) mod handoff;
 pub(crate) mod inflight;
 pub(crate) mod observer;
 pub(crate) mod registry;
+mod run;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -22,18 +23,15 @@ use self::handoff::Handoff;
 use self::inflight::InFlight;
 use self::observer::Observer;
 use self::registry::{Entry, Registry};
-use crate::breaker::Admission;
 use crate::clock::{Clock, Timestamp};
 use crate::config::BusConfig;
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId};
-use crate::handler::HandlerOutcome;
 use crate::payload::{ConfigCache, NewSnapshot, STAGE_ERROR, error_text, snapshot};
 use crate::retry::RetryPolicy;
 use crate::store::{Outcome, Store};
 use crate::telemetry::RetryMetrics;
-use crate::telemetry::{RunResult, StoreCall, Telemetry, spans};
-use tracing::Instrument;
+use crate::telemetry::{StoreCall, Telemetry};
 
 /// An attempt's outcome and the `error` snapshot of its failure, if one is taken.
 pub(crate) type Attempted = (Outcome, Option<NewSnapshot>);
@@ -279,134 +277,6 @@ impl Dispatcher {
         self.account(&decision, id, &event_type, prior, (created, now));
         let snap = payload.and_then(|p| self.error_snapshot(id, &event_type, &p, &decision.log));
         (decision.outcome, snap)
-    }
-
-    /// Runs the pending handlers of `event` (`now`: the bus clock before the first runs);
-    /// returns what ran and when the last handler that ran ended.
-    async fn run_handlers(
-        &self,
-        event: &Event,
-        subs: &[Arc<Entry>],
-        now: Timestamp,
-    ) -> (Ran, Option<Timestamp>) {
-        let mut delivered = event.delivered.clone();
-        // Neither handled already nor cancelled for this event.
-        let pending: Vec<&Arc<Entry>> = subs
-            .iter()
-            .filter(|s| !delivered.iter().any(|k| k == &s.key) && !event.cancelled.contains(&s.key))
-            .collect();
-        let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
-        let admissions = self.breakers.admit(&infos, now);
-        let mut deferred_until: Option<Timestamp> = None;
-        let mut snoozed: Option<(Timestamp, Vec<String>)> = None;
-        // When the last handler that ran ended: what the breakers and the decision are told.
-        let mut ended = None;
-        for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
-            if let Admission::Skip { retry_at } = admission {
-                // Open breaker: this handler gets the event later; the others run now.
-                deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let span = spans::process("deliver", event, sub.info.label());
-            let result =
-                crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
-                    .instrument(span.clone())
-                    .await;
-            let outcome = RunResult::of(&result);
-            spans::ended(&span, outcome);
-            self.telemetry
-                .handler_finished(sub.info.label(), outcome, started.elapsed());
-            let at = self.clock.now();
-            ended = Some(at);
-            let result = match result {
-                HandlerOutcome::Snoozed(delay) => match self.snooze(event, sub, *admission).await {
-                    // Not a failure and not a success: the breaker does not hear of it.
-                    Ok(()) => {
-                        let due = at.plus(delay);
-                        let (until, keys) = snoozed.get_or_insert_with(|| (due, Vec::new()));
-                        *until = (*until).min(due);
-                        keys.push(sub.key.clone());
-                        continue;
-                    }
-                    Err(failure) => failure,
-                },
-                other => other,
-            };
-            let permanent = result.is_permanent();
-            if permanent {
-                // Not the downstream's fault: the breaker does not hear of it (a probe it
-                // admitted is given back).
-                if *admission == Admission::Probe {
-                    self.breakers.release_probe(&sub.info.id);
-                }
-            } else {
-                self.breakers.record(&sub.info, at, result.is_ok());
-            }
-            let Some((error, causes)) = result.into_failure() else {
-                delivered.push(sub.key.clone());
-                continue;
-            };
-            // Handlers after the failure do not run: a probe admitted for one of them is
-            // released, or its breaker would wait for that probe forever.
-            for (later, adm) in pending.iter().zip(&admissions).skip(i + 1) {
-                if *adm == Admission::Probe {
-                    self.breakers.release_probe(&later.info.id);
-                }
-            }
-            let ran = Ran::Handlers {
-                delivered,
-                failure: Some(Failure {
-                    subscription_id: sub.info.id.clone(),
-                    key: Some(sub.key.clone()),
-                    error,
-                    causes,
-                    permanent,
-                    hold_key: sub.info.hold_key_on_dead_letter,
-                }),
-                deferred_until,
-                snoozed: None,
-            };
-            return (ran, ended);
-        }
-        let ran = Ran::Handlers {
-            delivered,
-            failure: None,
-            deferred_until,
-            snoozed,
-        };
-        (ran, ended)
-    }
-
-    /// Whether `sub`'s handler may snooze `event` once more (fewer than its `max_snoozes` so
-    /// far): `Ok`, after giving back a probe the breaker admitted it with; else the failure the
-    /// snooze counts as.
-    async fn snooze(
-        &self,
-        event: &Event,
-        sub: &Entry,
-        admission: Admission,
-    ) -> std::result::Result<(), HandlerOutcome> {
-        let cap = sub.info.max_snoozes;
-        let used = self.store.snoozes(event.id, &sub.key).await.map_err(|e| {
-            HandlerOutcome::Error(
-                format!("the handler snoozed and its snoozes could not be counted: {e}"),
-                Vec::new(),
-            )
-        })?;
-        if used >= cap {
-            return Err(HandlerOutcome::Error(
-                format!(
-                    "the handler snoozed {} times, the most max_snoozes allows ({cap})",
-                    used + 1
-                ),
-                Vec::new(),
-            ));
-        }
-        if admission == Admission::Probe {
-            self.breakers.release_probe(&sub.info.id);
-        }
-        Ok(())
     }
 
     /// Delivers a `processing` event and records the outcome (an inline publish).

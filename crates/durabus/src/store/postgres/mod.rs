@@ -12,6 +12,7 @@
 mod cancels;
 mod dead_letter_act;
 mod dead_letter_rows;
+mod dead_letter_writes;
 mod dead_letters;
 mod dedup;
 mod error;

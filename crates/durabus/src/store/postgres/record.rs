@@ -33,7 +33,7 @@ impl PgStore {
             // ordering key let it move on.
             for (id, dlq_count, key) in &moved {
                 if *dlq_count > 0 {
-                    super::dead_letters::write_delivered(
+                    super::dead_letter_writes::write_delivered(
                         tx,
                         &self.sql.ops,
                         EventId(*id),
@@ -105,7 +105,7 @@ impl PgStore {
             };
             if let (Some(_), false, Outcome::Dead { death, .. }) = (&died, cancelled, o) {
                 crate::fail_point!("dlq.move");
-                super::dead_letters::write_death(
+                super::dead_letter_writes::write_death(
                     tx,
                     &self.sql,
                     &self.channel,

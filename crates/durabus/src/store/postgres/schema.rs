@@ -114,7 +114,8 @@ async fn backfill_dead_letters(tx: &mut sqlx::PgConnection, quoted: &str) -> Res
         let at = row
             .try_get::<Option<i64>, _>("dlq_at")?
             .unwrap_or(row.try_get::<i64, _>("updated_at")?);
-        super::dead_letters::write_death(&mut *tx, &sql, "", id, &death, Timestamp(at)).await?;
+        super::dead_letter_writes::write_death(&mut *tx, &sql, "", id, &death, Timestamp(at))
+            .await?;
     }
     q(&format!(
         "UPDATE {quoted}.events SET dlq_count = 1 WHERE status = 'dlq'"

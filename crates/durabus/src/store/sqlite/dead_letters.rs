@@ -7,8 +7,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::dead_letter_rows::{dead_letter_from_row, json, summary_from_row};
+use super::dead_letter_writes::{apply_action, delete_dead_event};
 use super::op::WriteOp;
-use super::row_writes::{apply_action, delete_dead_event};
 use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::dlq::{DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterSummary, Keyset};

@@ -124,7 +124,7 @@ fn record_one(
                         .query_row(params![id_text, list, now_ms], |r| r.get(0))
                         .optional()?;
                     if revived == Some(true) {
-                        super::row_writes::write_delivered(conn, sql, *id, now)?;
+                        super::dead_letter_writes::write_delivered(conn, sql, *id, now)?;
                     }
                     if revived.is_some() && super::keys::leave(conn, sql, *id, now)? {
                         // The next event of its key is due: the dispatcher must look.
@@ -206,7 +206,7 @@ fn record_one(
             match &died {
                 Some((_, false, key)) => {
                     crate::fail_point!("dlq.move");
-                    super::row_writes::write_death(conn, sql, *id, death, now)?;
+                    super::dead_letter_writes::write_death(conn, sql, *id, death, now)?;
                     if let Some(key) = key {
                         super::keys::died(conn, sql, *id, key, death.hold_key, now)?;
                     }

@@ -4,6 +4,7 @@
 mod cancels;
 mod checkpoint;
 mod dead_letter_rows;
+mod dead_letter_writes;
 mod dead_letters;
 mod dedup;
 mod error;

@@ -140,7 +140,7 @@ fn backfill_dead_letters(conn: &Connection, sql: &Sql) -> Result<()> {
         );
         death.announcement = None;
         death.new_group = None;
-        super::row_writes::write_death(
+        super::dead_letter_writes::write_death(
             conn,
             sql,
             id,

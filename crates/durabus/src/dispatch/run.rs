@@ -1,0 +1,144 @@
+//! One attempt's handler runs: each pending subscription's handler inside its `process` span,
+//! behind its breaker, with its timeout; snoozes counted against the subscription's cap.
+
+use std::sync::Arc;
+
+use super::Dispatcher;
+use super::decide::{Failure, Ran};
+use super::registry::Entry;
+use crate::breaker::Admission;
+use crate::clock::Timestamp;
+use crate::event::Event;
+use crate::handler::HandlerOutcome;
+use crate::telemetry::{RunResult, spans};
+use tracing::Instrument;
+
+impl Dispatcher {
+    /// Runs the pending handlers of `event` (`now`: the bus clock before the first runs);
+    /// returns what ran and when the last handler that ran ended.
+    pub(super) async fn run_handlers(
+        &self,
+        event: &Event,
+        subs: &[Arc<Entry>],
+        now: Timestamp,
+    ) -> (Ran, Option<Timestamp>) {
+        let mut delivered = event.delivered.clone();
+        // Neither handled already nor cancelled for this event.
+        let pending: Vec<&Arc<Entry>> = subs
+            .iter()
+            .filter(|s| !delivered.iter().any(|k| k == &s.key) && !event.cancelled.contains(&s.key))
+            .collect();
+        let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
+        let admissions = self.breakers.admit(&infos, now);
+        let mut deferred_until: Option<Timestamp> = None;
+        let mut snoozed: Option<(Timestamp, Vec<String>)> = None;
+        // When the last handler that ran ended: what the breakers and the decision are told.
+        let mut ended = None;
+        for (i, (sub, admission)) in pending.iter().zip(&admissions).enumerate() {
+            if let Admission::Skip { retry_at } = admission {
+                // Open breaker: this handler gets the event later; the others run now.
+                deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
+                continue;
+            }
+            let started = std::time::Instant::now();
+            let span = spans::process("deliver", event, sub.info.label());
+            let result =
+                crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
+                    .instrument(span.clone())
+                    .await;
+            let outcome = RunResult::of(&result);
+            spans::ended(&span, outcome);
+            self.telemetry
+                .handler_finished(sub.info.label(), outcome, started.elapsed());
+            let at = self.clock.now();
+            ended = Some(at);
+            let result = match result {
+                HandlerOutcome::Snoozed(delay) => match self.snooze(event, sub, *admission).await {
+                    // Not a failure and not a success: the breaker does not hear of it.
+                    Ok(()) => {
+                        let due = at.plus(delay);
+                        let (until, keys) = snoozed.get_or_insert_with(|| (due, Vec::new()));
+                        *until = (*until).min(due);
+                        keys.push(sub.key.clone());
+                        continue;
+                    }
+                    Err(failure) => failure,
+                },
+                other => other,
+            };
+            let permanent = result.is_permanent();
+            if permanent {
+                // Not the downstream's fault: the breaker does not hear of it (a probe it
+                // admitted is given back).
+                if *admission == Admission::Probe {
+                    self.breakers.release_probe(&sub.info.id);
+                }
+            } else {
+                self.breakers.record(&sub.info, at, result.is_ok());
+            }
+            let Some((error, causes)) = result.into_failure() else {
+                delivered.push(sub.key.clone());
+                continue;
+            };
+            // Handlers after the failure do not run: a probe admitted for one of them is
+            // released, or its breaker would wait for that probe forever.
+            for (later, adm) in pending.iter().zip(&admissions).skip(i + 1) {
+                if *adm == Admission::Probe {
+                    self.breakers.release_probe(&later.info.id);
+                }
+            }
+            let ran = Ran::Handlers {
+                delivered,
+                failure: Some(Failure {
+                    subscription_id: sub.info.id.clone(),
+                    key: Some(sub.key.clone()),
+                    error,
+                    causes,
+                    permanent,
+                    hold_key: sub.info.hold_key_on_dead_letter,
+                }),
+                deferred_until,
+                snoozed: None,
+            };
+            return (ran, ended);
+        }
+        let ran = Ran::Handlers {
+            delivered,
+            failure: None,
+            deferred_until,
+            snoozed,
+        };
+        (ran, ended)
+    }
+
+    /// Whether `sub`'s handler may snooze `event` once more (fewer than its `max_snoozes` so
+    /// far): `Ok`, after giving back a probe the breaker admitted it with; else the failure the
+    /// snooze counts as.
+    async fn snooze(
+        &self,
+        event: &Event,
+        sub: &Entry,
+        admission: Admission,
+    ) -> std::result::Result<(), HandlerOutcome> {
+        let cap = sub.info.max_snoozes;
+        let used = self.store.snoozes(event.id, &sub.key).await.map_err(|e| {
+            HandlerOutcome::Error(
+                format!("the handler snoozed and its snoozes could not be counted: {e}"),
+                Vec::new(),
+            )
+        })?;
+        if used >= cap {
+            return Err(HandlerOutcome::Error(
+                format!(
+                    "the handler snoozed {} times, the most max_snoozes allows ({cap})",
+                    used + 1
+                ),
+                Vec::new(),
+            ));
+        }
+        if admission == Admission::Probe {
+            self.breakers.release_probe(&sub.info.id);
+        }
+        Ok(())
+    }
+}
