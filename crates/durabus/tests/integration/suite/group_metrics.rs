@@ -25,21 +25,27 @@ fn word(mut i: usize) -> String {
     }
 }
 
-async fn bus_labelling(h: &Harness, groups: u32) -> EventBus {
+/// A bus whose breaker never trips, with these metrics settings.
+pub(super) async fn bus_with_metrics(h: &Harness, metrics: MetricsConfig) -> EventBus {
     // The configuration replaces the builder's: the breaker is set in it.
     h.builder()
         .await
         .config(durabus::BusConfig {
-            metrics: MetricsConfig {
-                failure_groups: groups,
-                ..MetricsConfig::default()
-            },
+            metrics,
             breaker: breaker_never_trips(),
             ..durabus::BusConfig::default()
         })
         .build()
         .await
         .unwrap()
+}
+
+async fn bus_labelling(h: &Harness, groups: u32) -> EventBus {
+    let metrics = MetricsConfig {
+        failure_groups: groups,
+        ..MetricsConfig::default()
+    };
+    bus_with_metrics(h, metrics).await
 }
 
 /// The `failure_group_dead_letters` series of a scrape: group → value.

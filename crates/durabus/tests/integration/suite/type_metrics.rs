@@ -33,19 +33,11 @@ fn at(series: &BTreeMap<(String, String), f64>, ty: &str, status: &str) -> f64 {
 }
 
 async fn bus_labelling(h: &Harness, types: u32) -> EventBus {
-    h.builder()
-        .await
-        .config(durabus::BusConfig {
-            metrics: MetricsConfig {
-                dead_letter_types: types,
-                ..MetricsConfig::default()
-            },
-            breaker: breaker_never_trips(),
-            ..durabus::BusConfig::default()
-        })
-        .build()
-        .await
-        .unwrap()
+    let metrics = MetricsConfig {
+        dead_letter_types: types,
+        ..MetricsConfig::default()
+    };
+    super::group_metrics::bus_with_metrics(h, metrics).await
 }
 
 pub async fn dead_letters_are_counted_by_type_and_status_with_bounded_labels(h: &Harness) {
