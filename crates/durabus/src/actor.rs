@@ -39,6 +39,18 @@ impl ActorKind {
             ActorKind::Library => "library",
         }
     }
+
+    /// The kind named `text` (as [`as_str`](Self::as_str) writes it), if it is one.
+    pub fn parse(text: &str) -> Option<ActorKind> {
+        [
+            ActorKind::Auto,
+            ActorKind::Cli,
+            ActorKind::Api,
+            ActorKind::Library,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == text)
+    }
 }
 
 /// The actor name of the auto-retry job, recorded as `resolved_by` when an auto retry

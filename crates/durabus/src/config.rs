@@ -52,6 +52,11 @@ pub struct BusConfig {
     /// How often a started bus looks for durable operations to run (submitted ones, and
     /// ones whose runner died). Defaults to 1 s.
     pub operations_poll: Duration,
+    /// How often a started bus reads the active pauses (see [`crate::pause`]): a pause made
+    /// by another process takes effect here within this time (a pause made through this bus
+    /// at once); an expired one ends, and the events it parked are woken, within it too.
+    /// 10 ms to 10 s; defaults to 500 ms.
+    pub pause_refresh: Duration,
     /// Automatic payload snapshots: every published payload at stage `published`, and each
     /// failed attempt's payload and error at stage `error`, as the payload configuration of
     /// the event's type says, written in the transaction of the publish or the outcome.
@@ -133,6 +138,7 @@ impl Default for BusConfig {
             dead_letters: DeadLetterPolicy::default(),
             scheduler: SchedulerConfig::default(),
             operations_poll: Duration::from_secs(1),
+            pause_refresh: Duration::from_millis(500),
             payload_snapshots: false,
             metrics: MetricsConfig::default(),
             deliver: true,
@@ -165,6 +171,13 @@ impl BusConfig {
         }
         if self.max_payload_bytes == 0 {
             return Err(Error::invalid("max_payload_bytes", "zero", "at least 1"));
+        }
+        if !(Duration::from_millis(10)..=Duration::from_secs(10)).contains(&self.pause_refresh) {
+            return Err(Error::invalid(
+                "pause_refresh",
+                format!("{:?}", self.pause_refresh),
+                "10 ms to 10 s",
+            ));
         }
         if self.operations_poll.is_zero() {
             return Err(Error::invalid(

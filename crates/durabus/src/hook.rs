@@ -47,6 +47,8 @@ pub enum ErrorSource {
     Periodic(String),
     /// Reloading the payload configuration.
     PayloadConfig,
+    /// Reading the active pauses, ending expired ones, waking what they parked.
+    Pauses,
     /// Removing an unnamed subscription's row at shutdown.
     SubscriptionCleanup,
     /// A handler's failed delivery attempt (only with
@@ -80,6 +82,7 @@ impl std::fmt::Display for ErrorSource {
             ErrorSource::Job(name) => write!(f, "job {name}"),
             ErrorSource::Periodic(name) => write!(f, "periodic event {name}"),
             ErrorSource::PayloadConfig => f.write_str("payload configuration"),
+            ErrorSource::Pauses => f.write_str("pauses"),
             ErrorSource::SubscriptionCleanup => f.write_str("subscription cleanup"),
             ErrorSource::Handler {
                 event_id,

@@ -108,6 +108,7 @@ pub mod options;
 #[cfg(feature = "sqlite")]
 pub mod outbox;
 pub mod pattern;
+pub mod pause;
 pub mod payload;
 pub mod periodic;
 mod published;
@@ -148,6 +149,7 @@ pub use operation::{
 pub use options::PublishOptions;
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
+pub use pause::{Pause, PauseRequest, PauseScope, ResumeRequest, ResumeTarget};
 pub use payload::{ConfigChange, ConfigInput, PayloadConfig, Payloads, Snapshot};
 pub use periodic::{Periodic, PeriodicInfo, Periodics};
 pub use replay::{ReplayHooks, ReplayRequest, ReplayResult, ReplaySelection, Replays};
@@ -168,8 +170,8 @@ pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
     ActBatch, ActReport, Backend, ChunkWrite, DeadLetterStore, EventQuery, EventStore, InsertMode,
-    JobRow, JobStart, JobStore, OperationStore, Outcome, PeriodicStore, QueryStore, RetryCount,
-    StatusCount, Store, StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
+    JobRow, JobStart, JobStore, OperationStore, Outcome, PauseStore, PeriodicStore, QueryStore,
+    RetryCount, StatusCount, Store, StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 #[cfg(feature = "opentelemetry")]

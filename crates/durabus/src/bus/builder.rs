@@ -273,6 +273,13 @@ impl BusBuilder {
         self
     }
 
+    /// Sets how often a started bus reads the active pauses (500 ms unless set; see
+    /// [`BusConfig::pause_refresh`](crate::BusConfig::pause_refresh)).
+    pub fn pause_refresh(mut self, every: Duration) -> Self {
+        self.config.pause_refresh = every;
+        self
+    }
+
     /// Validates the settings, opens the store and returns the bus (not yet started).
     pub async fn build(self) -> Result<EventBus> {
         self.config.validate()?;

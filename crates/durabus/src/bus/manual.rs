@@ -38,7 +38,12 @@ impl EventBus {
         if self.is_shutdown() {
             return Err(Error::Shutdown);
         }
-        let mut events = self.store().claim_due(self.clock().now(), 1).await?;
+        let now = self.clock().now();
+        if self.dispatcher().paused().bus(now).is_some() {
+            // The whole bus is paused (as a started bus last read the pauses).
+            return Ok(None);
+        }
+        let mut events = self.store().claim_due(now, 1).await?;
         Ok(events.pop())
     }
 

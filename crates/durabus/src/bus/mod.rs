@@ -5,6 +5,7 @@ mod builder;
 mod cancels;
 mod lifecycle;
 mod manual;
+mod pauses;
 mod periodics;
 mod publish;
 mod typed;

@@ -72,9 +72,13 @@ impl EventBus {
         self.check_open()?;
         self.check_size(&event)?;
         let now = dispatcher.clock().now();
-        if event.due_at(now).is_some() || event.options.ordering_key_value().is_some() {
+        if event.due_at(now).is_some()
+            || event.options.ordering_key_value().is_some()
+            || dispatcher.paused().bus(now).is_some()
+        {
             // Scheduled: stored to wait for its time; ordered: stored to wait for its key's
-            // earlier events. There is no delivery to wait for now.
+            // earlier events; the bus paused: stored to wait for the resume. There is no
+            // delivery to wait for now.
             drop(guard);
             return self.enqueue_event(event).await;
         }
@@ -156,7 +160,11 @@ impl EventBus {
         // handed over.
         let keyed =
             event.options.dedup_value().is_some() || event.options.ordering_key_value().is_some();
-        let turn = if early || keyed || event.due_at(now).is_some() {
+        let turn = if early
+            || keyed
+            || event.due_at(now).is_some()
+            || self.dispatcher().paused().bus(now).is_some()
+        {
             None
         } else {
             self.dispatcher().handoff().take()

@@ -80,6 +80,8 @@ pub(crate) enum Log {
     Nothing,
     /// An open breaker deferred the event until then.
     Deferred { until: Timestamp },
+    /// A pause of one of its subscriptions (or of the bus) parked the event.
+    Parked { pause: i64 },
     /// A handler snoozed: the event is due again then.
     Snoozed { until: Timestamp },
     /// The attempt failed.
@@ -190,7 +192,10 @@ pub(crate) fn decide(
                 next_attempt_at: until,
             },
             pass: Pass::Deferred,
-            log: Log::Deferred { until },
+            log: match crate::pause::parked_by(until) {
+                Some(pause) => Log::Parked { pause },
+                None => Log::Deferred { until },
+            },
         },
         Ran::Handlers {
             delivered,
@@ -290,6 +295,12 @@ pub(crate) fn emit(log: &Log, event: EventId, event_type: &str) {
             event_type,
             next_attempt_at = %until,
             "event deferred: a circuit breaker is open for a matching subscription"
+        ),
+        Log::Parked { pause } => tracing::debug!(
+            event_id = %event,
+            event_type,
+            pause,
+            "event parked: a matching subscription is paused; it is due when the pause ends"
         ),
         Log::Snoozed { until } => tracing::debug!(
             event_id = %event,

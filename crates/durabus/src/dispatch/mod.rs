@@ -10,6 +10,7 @@ pub(crate) mod decide;
 pub(crate) mod handoff;
 pub(crate) mod inflight;
 pub(crate) mod observer;
+pub(crate) mod paused;
 pub(crate) mod registry;
 mod run;
 pub(crate) mod worker;
@@ -53,6 +54,8 @@ pub(crate) struct Dispatcher {
     handoff: Arc<Handoff>,
     /// What every publish path does beside storing: `published` snapshots and counts.
     published: crate::published::Published,
+    /// The pauses in force, as this process last read them.
+    paused: Arc<paused::Paused>,
 }
 
 impl Dispatcher {
@@ -82,7 +85,13 @@ impl Dispatcher {
             payloads,
             handoff: Handoff::new(),
             published,
+            paused: Arc::new(paused::Paused::default()),
         }
+    }
+
+    /// The pauses in force, as this process last read them.
+    pub fn paused(&self) -> &Arc<paused::Paused> {
+        &self.paused
     }
 
     /// What every publish path does beside storing: `published` snapshots and counts.

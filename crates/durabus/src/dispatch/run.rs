@@ -24,13 +24,26 @@ impl Dispatcher {
     ) -> (Ran, Option<Timestamp>) {
         let mut delivered = event.delivered.clone();
         // Neither handled already nor cancelled for this event.
-        let pending: Vec<&Arc<Entry>> = subs
+        let mut pending: Vec<&Arc<Entry>> = subs
             .iter()
             .filter(|s| !delivered.iter().any(|k| k == &s.key) && !event.cancelled.contains(&s.key))
             .collect();
+        let mut deferred_until: Option<Timestamp> = None;
+        if let Some(pauses) = self.paused.get() {
+            // A paused subscription's handler does not run: the event is parked for it (due
+            // at its pause's mark, later than any breaker's time, so the earlier time wins and
+            // the event comes back to be parked again if the pause still holds).
+            pending.retain(|s| match pauses.covering(&s.key, now) {
+                Some(p) => {
+                    let mark = crate::pause::parked_at(p.id);
+                    deferred_until = Some(deferred_until.map_or(mark, |t| t.min(mark)));
+                    false
+                }
+                None => true,
+            });
+        }
         let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
         let admissions = self.breakers.admit(&infos, now);
-        let mut deferred_until: Option<Timestamp> = None;
         let mut snoozed: Option<(Timestamp, Vec<String>)> = None;
         // When the last handler that ran ended: what the breakers and the decision are told.
         let mut ended = None;

@@ -200,6 +200,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
     let mut ahead = Ahead::default();
     let handoff = dispatcher.handoff().clone();
     let mut handed = handoff.receiver();
+    let mut paused = dispatcher.paused().changes();
 
     loop {
         if shutdown.is_shutdown() {
@@ -232,6 +233,18 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             if let Some(claimed) = claimed {
                 last_full = queue_ahead(claimed, &mut queue);
             }
+        }
+        if queue.is_empty() && dispatcher.paused().bus(clock.now()).is_some() {
+            // The whole bus is paused: no claims until the pause set changes (a resume, an
+            // expiry, a refresh) or shutdown. What was claimed before runs out first.
+            drop((slot, write));
+            let changed = paused.changed();
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep(config.poll_interval) => {}
+                _ = shutdown.recv() => break,
+            }
+            continue;
         }
         if queue.is_empty() {
             // Register for wake-ups before looking, so a write that lands meanwhile is not missed.
@@ -287,6 +300,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                         break;
                     }
                     _ = jumped(&mut jumps) => None,
+                    _ = paused.changed() => None,
                     h = next_handed(&mut handed) => h,
                 };
                 handoff.stop_waiting();
@@ -306,7 +320,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             );
             // A backlog (the last claim came back full): once the queue is half down, claim
             // the next events beside the deliveries, within the same bound as any claim.
-            if last_full > 0 && !ahead.running() {
+            if last_full > 0 && !ahead.running() && dispatcher.paused().bus(clock.now()).is_none() {
                 let bound = claim_limit(
                     slots.available_permits(),
                     config.prefetch,

@@ -45,6 +45,7 @@ pub(crate) const SQLITE: &[Migration] = &[
         "0011_dead_letter_types.sql",
         "dead_letter_types"
     ),
+    migration!(12, "sqlite", "0012_pauses.sql", "pauses"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -65,6 +66,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "0010_dead_letter_types.sql",
         "dead_letter_types"
     ),
+    migration!(11, "postgres", "0011_pauses.sql", "pauses"),
 ];
 
 /// The newest version in `migrations`.

@@ -13,6 +13,7 @@
 //! | [`PayloadStore`] | payload snapshots per stage (gzip), their configuration, soft delete, retention |
 //! | [`CancelStore`] | cancels of events (all subscriptions or one) and their records |
 //! | [`PeriodicStore`] | periodic-event definitions and where each is in its schedule |
+//! | [`PauseStore`] | pauses on record; ending one makes the events it parked due |
 //! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
 //!
 //! [`Store`] is all of them together; `Arc<dyn Store>` is what a bus holds.
@@ -36,6 +37,7 @@ use crate::replay::ReplaySelection;
 
 mod cancel_store;
 pub(crate) mod migrations;
+mod pause_store;
 mod payload_store;
 mod periodic_store;
 #[cfg(feature = "postgres")]
@@ -46,6 +48,7 @@ pub mod sqlite;
 mod types;
 
 pub use cancel_store::CancelStore;
+pub use pause_store::PauseStore;
 pub use payload_store::PayloadStore;
 pub use periodic_store::PeriodicStore;
 pub use types::{
@@ -446,6 +449,7 @@ pub trait Store:
     + PayloadStore
     + CancelStore
     + PeriodicStore
+    + PauseStore
     + StoreLifecycle
 {
 }
@@ -460,6 +464,7 @@ impl<T> Store for T where
         + PayloadStore
         + CancelStore
         + PeriodicStore
+        + PauseStore
         + StoreLifecycle
 {
 }

@@ -164,6 +164,12 @@ macro_rules! all_contract_tests {
             ordering::a_delayed_head_holds_its_key_and_a_cancel_moves_it_on,
             ordering::a_keys_order_survives_a_crash_mid_delivery,
             ordering::bad_ordering_keys_are_refused_and_nothing_is_stored,
+            pauses::a_paused_subscription_parks_its_events_and_a_resume_delivers_them,
+            pauses::a_pause_made_by_another_process_holds_within_a_refresh,
+            pauses::a_pause_until_a_time_ends_by_itself,
+            pauses::pausing_the_whole_bus_stops_claims_and_publish_returns_at_once,
+            pauses::an_event_parked_as_its_pause_ended_is_woken_by_a_refresh,
+            pauses::bad_pauses_and_resumes_are_refused_and_nothing_changes,
         );
     };
 }

@@ -27,6 +27,7 @@ pub(crate) mod liveness;
 mod operations;
 mod options;
 mod outbox;
+mod pauses;
 mod payloads;
 mod periodic;
 mod pool;

@@ -15,6 +15,7 @@ mod keys;
 mod op;
 mod open;
 mod operations;
+mod pauses;
 mod payloads;
 mod periodic;
 mod queries;

@@ -12,6 +12,7 @@ pub mod history;
 pub mod lifecycle;
 pub mod operations;
 pub mod ordering;
+pub mod pauses;
 pub mod payloads;
 pub mod periodic;
 pub mod publish;
