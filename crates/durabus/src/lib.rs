@@ -149,7 +149,7 @@ pub use operation::{
 pub use options::PublishOptions;
 #[cfg(feature = "sqlite")]
 pub use outbox::Outbox;
-pub use pause::{Pause, PauseRequest, PauseScope, ResumeRequest, ResumeTarget};
+pub use pause::{Pause, PauseRequest, PauseScope, Pauses, ResumeRequest, ResumeTarget};
 pub use payload::{ConfigChange, ConfigInput, PayloadConfig, Payloads, Snapshot};
 pub use periodic::{Periodic, PeriodicInfo, Periodics};
 pub use replay::{ReplayHooks, ReplayRequest, ReplayResult, ReplaySelection, Replays};

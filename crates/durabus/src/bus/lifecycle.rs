@@ -74,12 +74,12 @@ impl EventBus {
         {
             // Read once before the worker's first claim, then kept fresh.
             self.refresh_pauses().await;
-            let (store, clock) = (self.store(), self.clock());
+            let (pauses, clock) = (self.pauses(), self.clock());
             let paused = self.dispatcher().paused().clone();
             let every = self.config().pause_refresh;
             let hook = self.config().on_error.clone();
             life.supervisor.spawn("pauses", move |shutdown| {
-                super::pauses::run(store, paused, clock, every, hook, shutdown)
+                super::pauses::run(pauses, paused, clock, every, hook, shutdown)
             });
         }
         let operations = self.operations();

@@ -2,7 +2,7 @@
 //! asks before it runs a handler and the worker loop before it claims. With no pause active
 //! (the usual case) asking costs one atomic load.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tokio::sync::watch;
@@ -13,7 +13,10 @@ use crate::pause::PauseSet;
 /// This process's view of the active pauses.
 #[derive(Debug)]
 pub(crate) struct Paused {
-    set: RwLock<Arc<PauseSet>>,
+    /// The set, and the ticket of the read it came from.
+    set: RwLock<(u64, Arc<PauseSet>)>,
+    /// The last ticket handed out.
+    tickets: AtomicU64,
     /// Whether the set holds any pause.
     any: AtomicBool,
     /// Bumped whenever the set changes: the worker loop waits on it while the bus is paused.
@@ -23,7 +26,8 @@ pub(crate) struct Paused {
 impl Default for Paused {
     fn default() -> Paused {
         Paused {
-            set: RwLock::new(Arc::new(PauseSet::default())),
+            set: RwLock::new((0, Arc::new(PauseSet::default()))),
+            tickets: AtomicU64::new(0),
             any: AtomicBool::new(false),
             changed: watch::Sender::new(0),
         }
@@ -36,17 +40,29 @@ impl Paused {
         if !self.any.load(Ordering::Acquire) {
             return None;
         }
-        Some(crate::sync::read(&self.set).clone())
+        Some(crate::sync::read(&self.set).1.clone())
     }
 
-    /// Replaces the set; tells the waiters if it changed.
-    pub fn replace(&self, set: PauseSet) {
+    /// A ticket to take before reading the pauses from the store: a read that started later
+    /// is newer.
+    pub fn ticket(&self) -> u64 {
+        self.tickets.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Replaces the set with `set`, read under `ticket`, unless a read that started later has
+    /// replaced it already (a refresh that began before a pause was made and ended after it
+    /// must not hide the pause). Tells the waiters if it changed.
+    pub fn replace(&self, ticket: u64, set: PauseSet) {
         let mut slot = crate::sync::write(&self.set);
-        if **slot == set {
+        if ticket < slot.0 {
+            return;
+        }
+        slot.0 = ticket;
+        if *slot.1 == set {
             return;
         }
         self.any.store(!set.is_empty(), Ordering::Release);
-        *slot = Arc::new(set);
+        slot.1 = Arc::new(set);
         drop(slot);
         self.changed.send_modify(|n| *n = n.wrapping_add(1));
     }
@@ -83,15 +99,20 @@ mod tests {
             ended: None,
             parked: 0,
         };
-        paused.replace(PauseSet::new(vec![bus.clone()]));
+        paused.replace(paused.ticket(), PauseSet::new(vec![bus.clone()]));
         assert!(rx.has_changed().unwrap_or(false));
         rx.mark_unchanged();
         assert_eq!(paused.bus(Timestamp(5)), Some(7));
         assert_eq!(paused.bus(Timestamp(10)), None);
         // The same set again is no change.
-        paused.replace(PauseSet::new(vec![bus]));
+        paused.replace(paused.ticket(), PauseSet::new(vec![bus.clone()]));
         assert!(!rx.has_changed().unwrap_or(true));
-        paused.replace(PauseSet::default());
+        // A read that started before the last one applied is stale: it changes nothing.
+        let stale = paused.ticket();
+        paused.replace(paused.ticket(), PauseSet::new(vec![bus]));
+        paused.replace(stale, PauseSet::default());
+        assert_eq!(paused.bus(Timestamp(5)), Some(7));
+        paused.replace(paused.ticket(), PauseSet::default());
         assert!(paused.get().is_none());
         assert!(rx.has_changed().unwrap_or(false));
     }

@@ -323,6 +323,10 @@ pub struct StoreGauges {
     /// `abandoned`), as `(type, status, records)` with records above 0: kept by the store as
     /// records arrive, change status and are purged, so reading them never counts records.
     pub dead_letter_types: Vec<(String, String, u64)>,
+    /// The active pauses as `(scope, target, paused_at, parked events)` (the telemetry fills
+    /// it from [`PauseStore::pause_list`](crate::PauseStore::pause_list); a store's `gauges`
+    /// leaves it empty).
+    pub pauses: Vec<(String, String, Timestamp, u64)>,
 }
 
 /// How recent a failure group's first failure must be for the gauges to count it as new.

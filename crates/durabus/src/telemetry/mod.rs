@@ -47,6 +47,15 @@ pub(crate) async fn read_gauges(
         .collect();
     gauges.dead_letter_types =
         dead_letter_types::by_type(&gauges.dead_letter_types, config.dead_letter_types);
+    gauges.pauses = store
+        .pause_list(None, 0)
+        .await?
+        .into_iter()
+        .map(|p| {
+            let (kind, target) = (p.scope.kind().to_owned(), p.scope.target().to_owned());
+            (kind, target, p.paused_at, p.parked)
+        })
+        .collect();
     Ok(gauges)
 }
 

@@ -34,6 +34,8 @@ pub(super) struct Gauges {
     dead_letter_records: Family<Two, Gauge>,
     held_keys: Gauge,
     held_key_age: F64Gauge,
+    pause_seconds: Family<Two, F64Gauge>,
+    pause_parked: Family<Two, Gauge>,
 }
 
 impl Gauges {
@@ -97,6 +99,18 @@ impl Gauges {
             "Failure groups whose first failure is less than an hour old (errors never seen \
              before; each is also announced by a system.failure_group.new event)",
             gauges.failure_groups_new.clone(),
+        );
+        registry.register(
+            "pause_seconds",
+            "How long each active pause has held (scope: subscription, matching or bus; target: \
+             the subscription's name or the pattern, empty for the bus); absent when nothing is \
+             paused",
+            gauges.pause_seconds.clone(),
+        );
+        registry.register(
+            "pause_parked_events",
+            "Events each active pause holds parked (due when it ends), by scope and target",
+            gauges.pause_parked.clone(),
         );
         registry.register(
             "store_up",
@@ -190,6 +204,16 @@ impl Gauges {
             .get_or_create(&one("group", "other"))
             .set(int(s.dead_letter_records.saturating_sub(labelled)));
         g.live_workers.set(int(s.live_workers.unwrap_or(0)));
+        // Rebuilt at each reading: a pause that ended has no series.
+        g.pause_seconds.clear();
+        g.pause_parked.clear();
+        for (scope, target, since, parked) in &s.pauses {
+            let labels = [("scope", scope.clone()), ("target", target.clone())];
+            g.pause_seconds
+                .get_or_create(&labels)
+                .set(StoreGauges::age(Some(*since), input.now));
+            g.pause_parked.get_or_create(&labels).set(int(*parked));
+        }
         // Rebuilt like the groups: a type that left the top is counted in `other` from then.
         g.dead_letter_records.clear();
         for (ty, status, n) in &s.dead_letter_types {

@@ -113,6 +113,7 @@ impl PgStore {
             oldest_held_key_at: time(12)?,
             failure_groups: Vec::new(),
             dead_letter_types,
+            pauses: Vec::new(),
         })
     }
 }

@@ -84,6 +84,7 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
         oldest_held_key_at: time(11)?,
         failure_groups: Vec::new(),
         dead_letter_types,
+        pauses: Vec::new(),
     })
 }
 

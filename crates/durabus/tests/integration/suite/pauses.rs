@@ -109,13 +109,20 @@ pub async fn a_paused_subscription_parks_its_events_and_a_resume_delivers_them(h
     }
     assert_eq!(mail.load(Ordering::SeqCst), 0);
     // The backlog is visible: the pause counts what it parks, the events are pending.
-    let listed = bus.pauses(None, 10).await.unwrap();
+    let listed = bus.pauses().list(None, 10).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].id, listed[0].parked), (pause.id, 4));
     let stats = durabus::StoreStats::collect(bus.store().as_ref())
         .await
         .unwrap();
     assert_eq!(stats.by_status.pending, 4);
+    // And in the metrics: how long the pause has held and what it parks.
+    h.advance(Duration::from_secs(30));
+    let m = super::telemetry::scrape(&bus).await;
+    let labels = [("scope", "subscription"), ("target", "mail")];
+    let num = super::telemetry::num;
+    assert_eq!(num(&m, "durabus_pause_parked_events", &labels), 4.0);
+    assert_eq!(num(&m, "durabus_pause_seconds", &labels), 30.0);
 
     // A restart keeps the pause and the parked events.
     bus.shutdown().await.unwrap();
@@ -123,7 +130,7 @@ pub async fn a_paused_subscription_parks_its_events_and_a_resume_delivers_them(h
     let mail = named(&bus, "mail", "p.*").await;
     let audit = named(&bus, "audit", "p.*").await;
     bus.start().await.unwrap();
-    assert_eq!(bus.pauses(None, 10).await.unwrap()[0].parked, 4);
+    assert_eq!(bus.pauses().list(None, 10).await.unwrap()[0].parked, 4);
 
     let ended = bus
         .resume(resume_of(ResumeTarget::Scope(PauseScope::Subscription(
@@ -149,8 +156,13 @@ pub async fn a_paused_subscription_parks_its_events_and_a_resume_delivers_them(h
         "the other handler did not run again"
     );
     // On record: no active pause; the ended one is listed with its end.
-    assert!(bus.pauses(None, 10).await.unwrap().is_empty());
-    let history = bus.pauses(Some(Timestamp(0)), 10).await.unwrap();
+    assert!(bus.pauses().list(None, 10).await.unwrap().is_empty());
+    let m = super::telemetry::scrape(&bus).await;
+    assert_eq!(
+        super::telemetry::value(&m, "durabus_pause_seconds", &[]),
+        None
+    );
+    let history = bus.pauses().list(Some(Timestamp(0)), 10).await.unwrap();
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].reason, "the mail provider is down");
     bus.shutdown().await.unwrap();
@@ -209,7 +221,7 @@ pub async fn a_pause_until_a_time_ends_by_itself(h: &Harness) {
     h.advance(Duration::from_secs(61));
     wait_status(&bus, id, EventStatus::Done).await;
     assert_eq!(mail.load(Ordering::SeqCst), 1);
-    let history = bus.pauses(Some(Timestamp(0)), 10).await.unwrap();
+    let history = bus.pauses().list(Some(Timestamp(0)), 10).await.unwrap();
     let end = history[0].ended.clone().unwrap();
     assert_eq!((end.kind, end.at), (PauseEndKind::Expired, until));
     assert_eq!(end.actor.kind, ActorKind::Auto);
@@ -221,6 +233,9 @@ pub async fn pausing_the_whole_bus_stops_claims_and_publish_returns_at_once(h: &
     let calls = named(&bus, "mail", "b.*").await;
     bus.start().await.unwrap();
     let pause = bus.pause(pause_of(PauseScope::Bus, None)).await.unwrap();
+    // A claim that was already running when the pause came may still take (and park) what
+    // it finds; a poll interval later none is running.
+    tokio::time::sleep(Duration::from_millis(30)).await;
     // publish stores and returns: there is no delivery to wait for.
     let id = bus.publish("b.sent", &1).await.unwrap();
     let queued = bus.enqueue("b.sent", &2).await.unwrap();
@@ -294,7 +309,13 @@ pub async fn bad_pauses_and_resumes_are_refused_and_nothing_changes(h: &Harness)
     assert_eq!(refused(bus.pause(empty).await), ErrorKind::InvalidInput);
     let unknown = pause_of(PauseScope::Subscription("nobody".into()), None);
     assert_eq!(refused(bus.pause(unknown).await), ErrorKind::NotFound);
-    assert!(bus.pauses(Some(Timestamp(0)), 10).await.unwrap().is_empty());
+    assert!(
+        bus.pauses()
+            .list(Some(Timestamp(0)), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     let e = bus
         .resume(resume_of(ResumeTarget::Id(12345)))
@@ -322,7 +343,7 @@ pub async fn bad_pauses_and_resumes_are_refused_and_nothing_changes(h: &Harness)
         bus.resume(long).await.unwrap_err().kind(),
         ErrorKind::InvalidInput
     );
-    let history = bus.pauses(Some(Timestamp(0)), 10).await.unwrap();
+    let history = bus.pauses().list(Some(Timestamp(0)), 10).await.unwrap();
     assert_eq!(history.len(), 1, "only the one pause is on record");
     bus.shutdown().await.unwrap();
 }
