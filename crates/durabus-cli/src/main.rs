@@ -109,6 +109,16 @@ enum Command {
     /// Periodic events (published on a cron expression): list, pause, resume, remove.
     #[command(subcommand)]
     Periodic(cmd::periodic::PeriodicCommand),
+    /// Stop delivering to a subscription (--subscription), every subscription matching a
+    /// pattern (--matching) or the whole bus (--bus), across every worker process on the
+    /// database, until resumed or for a while (--for 2h); events published meanwhile wait.
+    Pause(cmd::pauses::PauseArgs),
+    /// End a pause (by its id, or every active pause of a scope); its parked events are due
+    /// at once.
+    Resume(cmd::pauses::ResumeArgs),
+    /// The active pauses with the events each holds parked (--ended-within 24h: also the
+    /// ones that ended).
+    Pauses(cmd::pauses::ListArgs),
     /// Payload snapshots of an event: list, get, soft-delete.
     #[command(subcommand)]
     Payloads(cmd::payloads::PayloadsCommand),
@@ -197,6 +207,9 @@ fn main() -> ExitCode {
             Command::Replay(c) => cmd::replay::run(&db, &ctx, c).await,
             Command::Jobs(c) => cmd::jobs::run(&db, &ctx, c).await,
             Command::Periodic(c) => cmd::periodic::run(&db, &ctx, c).await,
+            Command::Pause(args) => cmd::pauses::pause(&db, &ctx, args).await,
+            Command::Resume(args) => cmd::pauses::resume(&db, &ctx, args).await,
+            Command::Pauses(args) => cmd::pauses::list(&db, &ctx, args).await,
             Command::Payloads(c) => cmd::payloads::run(&db, &ctx, c).await,
             Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,
             Command::Stats(args) => cmd::stats::run(&db, cli.json, args).await,

@@ -8,6 +8,7 @@ pub mod events;
 pub mod jobs;
 pub mod metrics;
 pub mod operations;
+pub mod pauses;
 pub mod payloads;
 pub mod periodic;
 pub mod replay;

@@ -39,6 +39,17 @@ impl EventBus {
         if recovered > 0 {
             tracing::info!(recovered, "recovered events left in processing by a crash");
         }
+        {
+            // Read once before the worker's first claim, then kept fresh.
+            self.refresh_pauses().await;
+            let (pauses, clock) = (self.pauses(), self.clock());
+            let paused = self.dispatcher().paused().clone();
+            let every = self.config().pause_refresh;
+            let hook = self.config().on_error.clone();
+            life.supervisor.spawn("pauses", move |shutdown| {
+                super::pauses::run(pauses, paused, clock, every, hook, shutdown)
+            });
+        }
         if deliver {
             let dispatcher = self.dispatcher().clone();
             life.supervisor.spawn("worker", move |shutdown| {
@@ -69,17 +80,6 @@ impl EventBus {
                         hook.report(crate::hook::ErrorSource::PayloadConfig, &e, true);
                     }
                 }
-            });
-        }
-        {
-            // Read once before the worker's first claim, then kept fresh.
-            self.refresh_pauses().await;
-            let (pauses, clock) = (self.pauses(), self.clock());
-            let paused = self.dispatcher().paused().clone();
-            let every = self.config().pause_refresh;
-            let hook = self.config().on_error.clone();
-            life.supervisor.spawn("pauses", move |shutdown| {
-                super::pauses::run(pauses, paused, clock, every, hook, shutdown)
             });
         }
         let operations = self.operations();

@@ -3,6 +3,7 @@
 mod arguments;
 mod commands;
 mod demo;
+mod pauses;
 mod pipes;
 mod scheduling;
 mod worker;

@@ -1,0 +1,180 @@
+//! `durabus pause`, `resume` and `pauses` against a running `durabus worker` process, on
+//! SQLite and PostgreSQL: the worker holds a paused subscription's events parked and
+//! delivers them after the resume.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{json, stderr, stdout};
+
+fn run(dir: &Path, db: &[&str], args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_durabus"))
+        .current_dir(dir)
+        .args(db)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn one_line_failure(o: &Output, needle: &str) {
+    assert!(!o.status.success(), "{}", stdout(o));
+    let err = stderr(o);
+    assert!(err.contains(needle), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// Polls `check` every 10 ms for at most 10 s.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.0.id().to_string()])
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+fn pause_resume_with_a_worker_running(dir: &Path, db: &[&str]) {
+    // The worker's first run makes the database and the subscription's row.
+    let first = run(
+        dir,
+        db,
+        &["worker", "--handler", "mail.*=true", "--exit-when-idle"],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    let pause = json(&run(
+        dir,
+        db,
+        &[
+            "--json",
+            "pause",
+            "--subscription",
+            "mail.*",
+            "--reason",
+            "the mail provider is down",
+        ],
+    ));
+    assert_eq!(pause["scope"]["kind"], "subscription");
+    let id = pause["id"].as_i64().unwrap().to_string();
+    let _worker = Worker(
+        Command::new(env!("CARGO_BIN_EXE_durabus"))
+            .current_dir(dir)
+            .args(db)
+            .args(["worker", "--handler", "mail.*=cat >> sent.txt"])
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let o = run(
+        dir,
+        db,
+        &["events", "publish", "mail.sent", r#"{"to":"ada"}"#],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let event = stdout(&o).trim().to_owned();
+    eventually("the worker to park the event", || {
+        json(&run(dir, db, &["--json", "pauses"]))[0]["parked"] == 1
+    });
+    assert!(!dir.join("sent.txt").exists(), "the paused handler ran");
+    let table = stdout(&run(dir, db, &["pauses"]));
+    assert!(
+        table.contains("mail.*") && table.contains("active"),
+        "{table}"
+    );
+
+    let resumed = run(
+        dir,
+        db,
+        &[
+            "resume",
+            "--subscription",
+            "mail.*",
+            "--reason",
+            "it is back",
+        ],
+    );
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert!(stdout(&resumed).contains("resumed"), "{}", stdout(&resumed));
+    eventually("the parked event to be delivered", || {
+        std::fs::read_to_string(dir.join("sent.txt")).is_ok_and(|s| s.contains("ada"))
+    });
+    let shown = json(&run(dir, db, &["--json", "events", "show", &event]));
+    eventually("the event to be done", || {
+        json(&run(dir, db, &["--json", "events", "show", &event]))["event"]["status"] == "done"
+    });
+    assert_eq!(shown["event"]["retry_count"], 0, "{shown}");
+    let history = json(&run(dir, db, &["--json", "pauses", "--ended-within", "1h"]));
+    assert_eq!(history[0]["ended"]["kind"], "resumed");
+    assert_eq!(history[0]["ended"]["reason"], "it is back");
+
+    // What is refused, in one line each, changing nothing.
+    one_line_failure(
+        &run(
+            dir,
+            db,
+            &["pause", "--subscription", "nobody", "--reason", "x"],
+        ),
+        "not found",
+    );
+    one_line_failure(&run(dir, db, &["resume", &id]), "ended already");
+    one_line_failure(&run(dir, db, &["resume", "424242"]), "not found");
+    one_line_failure(
+        &run(
+            dir,
+            db,
+            &[
+                "pause",
+                "--bus",
+                "--reason",
+                "x",
+                "--until",
+                "2001-01-01T00:00:00Z",
+            ],
+        ),
+        "until",
+    );
+    one_line_failure(
+        &run(dir, db, &["pause", "--bus", "--reason", " "]),
+        "reason",
+    );
+    assert_eq!(
+        json(&run(dir, db, &["--json", "pauses"])),
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn a_running_worker_obeys_pause_and_resume_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    pause_resume_with_a_worker_running(dir.path(), &["--db", "p.db"]);
+}
+
+#[test]
+fn a_running_worker_obeys_pause_and_resume_on_postgres() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(pool) = rt.block_on(crate::workers::admin()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let schema = crate::workers::schema();
+    let url = crate::workers::pg_url();
+    let db = ["--db", url.as_str(), "--schema", schema.as_str()];
+    pause_resume_with_a_worker_running(dir.path(), &db);
+    rt.block_on(crate::workers::drop_schema(&pool, &schema));
+}
