@@ -287,6 +287,47 @@ test('periodic events are listed, paused, resumed and removed', async () => {
   await t.close();
 });
 
+test('a subscription is paused with a reason and resumed; a reader sees the pause and no actions', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/pauses`);
+  await t.page.waitForSelector('#pause-scope');
+  assert.match(await t.page.textContent('main table'), /Nothing is paused/);
+  // No reason: refused, nothing recorded.
+  await t.page.fill('#pause-target', 'shipping');
+  await t.page.click('.pause-form button:text-is("Pause")');
+  await t.page.waitForSelector('#banner:not([hidden])');
+  assert.match(await t.page.textContent('#banner'), /reason is required/);
+  assert.deepEqual(await get('/api/v2/pauses'), []);
+  // An unknown subscription: the server's answer is shown.
+  await t.page.fill('#pause-target', 'no-such-subscription');
+  await t.page.fill('#pause-reason', 'carrier API down');
+  await t.page.click('.pause-form button:text-is("Pause")');
+  await t.page.waitForFunction(() => /not found/.test(document.querySelector('#banner').textContent));
+  await t.page.fill('#pause-target', 'shipping');
+  await t.page.fill('#pause-hours', '2');
+  await t.page.click('.pause-form button:text-is("Pause")');
+  await t.page.waitForSelector('tr[data-pause]');
+  assert.match(await t.page.textContent('tr[data-pause]'), /subscription shipping.*carrier API down/s);
+  const [pause] = await get('/api/v2/pauses');
+  assert.equal(pause.actor.name, 'ops');
+  assert.deepEqual(pause.scope, { kind: 'subscription', target: 'shipping' });
+  assert.ok(pause.until, 'a pause for 2 hours ends by itself');
+  await shot(t.page, 'pauses');
+  const reader = await open(DASH_READ);
+  await reader.page.goto(`${DASH_URL}/#/pauses`);
+  await reader.page.waitForSelector('tr[data-pause]');
+  assert.equal(await reader.page.$('#pause-scope'), null, 'a reader gets no pause form');
+  assert.equal((await reader.page.$$('tr[data-pause] button')).length, 0);
+  await reader.close();
+  await t.page.click(`tr[data-pause="${pause.id}"] button:text-is("Resume")`);
+  await t.page.waitForFunction(() => /Nothing is paused/.test(document.querySelector('main table').textContent));
+  assert.match(await t.page.textContent('main'), /resumed/);
+  assert.deepEqual(await get('/api/v2/pauses'), []);
+  // The only console errors are the browser's notes of the refused request (404).
+  assert.deepEqual(t.problems.filter((p) => !/status of 404/.test(p)), []);
+  await t.close();
+});
+
 test('an ordering key lists its events, the later ones waiting for the first', async () => {
   const t = await open(DASH_ADMIN);
   await t.page.goto(`${DASH_URL}/#/events?ordering_key=parcel-42`);

@@ -251,6 +251,7 @@ async function route() {
     events: () => (parts[1] ? eventDetail(parts[1]) : events(params)),
     replay: () => replay(),
     operations: () => operations(),
+    pauses: () => pauses(),
     metrics: () => metrics(),
   };
   await (views[name] || views.overview)();
@@ -681,7 +682,7 @@ async function eventDetail(id) {
       ['Type', e.type], ['Created', when(e.created_at)], ['Updated', when(e.updated_at)],
       ['Scheduled for', when(e.deliver_at)], ['Priority', e.priority || 0],
       ['Ordering key', e.ordering_key ? el('a', { href: `#/events?ordering_key=${encodeURIComponent(e.ordering_key)}`, text: e.ordering_key }) : '—'],
-      ['Retries', e.retry_count], ['Next attempt', when(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
+      ['Retries', e.retry_count], ['Next attempt', parkedBy(e.next_attempt_at) !== null ? `parked by pause ${parkedBy(e.next_attempt_at)} (due when it ends)` : when(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
       ['Times dead-lettered', e.dlq_count], ['Cancelled for', (e.cancelled || []).join(', ') || '—'], ['Metadata', pretty(e.metadata)],
     ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, String(v))])),
     cancelPanel,
@@ -820,6 +821,80 @@ async function operations(quiet) {
     el('p', { class: 'muted', text: 'Published on their cron expression, once per tick across every process. An application registers them on start: a removed one comes back then; pause it to keep it quiet.' }),
     table(['Name', 'Schedule', 'Time zone', 'Type', 'State', 'Next tick', 'Last tick', ''], periodicRows, 'No periodic events registered.'));
   if (!quiet) refreshing(operations);
+}
+
+// ---- pauses -----------------------------------------------------------------------------
+
+/** The due time of events parked by pause 0 (ms): a parked event is due at this plus its pause's id. */
+const PARK_BASE = 100000000000000;
+
+/** The pause that parked an event due at `ts`, or null. */
+function parkedBy(ts) {
+  const t = ts ? new Date(ts).getTime() : NaN;
+  return t >= PARK_BASE ? t - PARK_BASE : null;
+}
+
+function scopeText(scope) {
+  if (scope.kind === 'bus') return 'the whole bus';
+  return scope.kind === 'matching' ? `subscriptions matching ${scope.target}` : `subscription ${scope.target}`;
+}
+
+async function pauses(quiet) {
+  const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
+  const data = await attempt(() => Promise.all([get(`/api/v2/pauses?ended_since=${encodeURIComponent(since)}&limit=50`), get('/api/v2/subscriptions')]));
+  if (!data) return;
+  const [list, subs] = data;
+  const active = list.filter((p) => !p.ended);
+  const ended = list.filter((p) => p.ended);
+  const resume = (p) => async () => {
+    const r = await attempt(() => post(`/api/v2/pauses/${encodeURIComponent(p.id)}/resume`));
+    if (r) { banner(`Pause ${r.id} ended: ${scopeText(r.scope)} resumed; its parked events are delivered now.`, 'info'); pauses(true); }
+  };
+  const activeRows = active.map((p) => el('tr', { 'data-pause': p.id },
+    el('td', {}, String(p.id)), el('td', {}, scopeText(p.scope)), el('td', { class: 'num' }, num(p.parked)),
+    el('td', { class: 'time' }, when(p.paused_at)), el('td', { class: 'time' }, p.until ? when(p.until) : 'until resumed'),
+    el('td', {}, p.actor.name), el('td', {}, clip(p.reason)),
+    el('td', {}, isAdmin() ? el('button', { text: 'Resume', onclick: resume(p) }) : '')));
+  const endedRows = ended.map((p) => el('tr', { 'data-pause': p.id },
+    el('td', {}, String(p.id)), el('td', {}, scopeText(p.scope)), el('td', { class: 'time' }, when(p.paused_at)),
+    el('td', { class: 'time' }, when(p.ended.at)), el('td', {}, badge(p.ended.kind)),
+    el('td', {}, `${p.actor.name} / ${p.ended.actor.name}`), el('td', {}, clip(p.reason + (p.ended.reason ? ` — ${p.ended.reason}` : '')))));
+  let form = null;
+  if (isAdmin()) {
+    const scope = el('select', { id: 'pause-scope' },
+      el('option', { value: 'subscription', text: 'Subscription' }),
+      el('option', { value: 'matching', text: 'Subscriptions matching' }),
+      el('option', { value: 'bus', text: 'The whole bus' }));
+    const names = el('datalist', { id: 'pause-names' }, subs.filter((s) => s.name).map((s) => el('option', { value: s.name })));
+    const target = el('input', { id: 'pause-target', list: 'pause-names', placeholder: 'name or pattern (payments-*)' });
+    const hours = el('input', { id: 'pause-hours', type: 'number', min: '0', step: 'any', placeholder: 'hours (empty: until resumed)' });
+    const reason = el('input', { id: 'pause-reason', placeholder: 'reason (required)', required: true });
+    scope.addEventListener('change', () => { target.disabled = scope.value === 'bus'; });
+    form = el('div', { class: 'panel pause-form' },
+      el('h2', { text: 'Pause' }),
+      el('p', { class: 'muted', text: 'Every worker process stops running the handlers it covers within its refresh (500 ms by default); their events wait, parked, and are delivered when the pause ends. Handlers already running finish.' }),
+      scope, target, names, hours, reason,
+      el('div', { class: 'actions' }, el('button', { class: 'danger', text: 'Pause', onclick: async () => {
+        if (!reason.value.trim()) { banner('A reason is required to pause.'); return; }
+        const body = { scope: scope.value, reason: reason.value.trim() };
+        if (scope.value !== 'bus') {
+          if (!target.value.trim()) { banner('Name the subscription or the pattern to pause.'); return; }
+          body.target = target.value.trim();
+        }
+        const h = parseFloat(hours.value);
+        if (hours.value.trim() && !(h > 0)) { banner('Hours must be above 0 (or empty: until resumed).'); return; }
+        if (h > 0) body.for_seconds = Math.max(1, Math.round(h * 3600));
+        const r = await attempt(() => post('/api/v2/pauses', body));
+        if (r) { banner(`Pause ${r.id}: ${scopeText(r.scope)} paused.`, 'info'); pauses(true); }
+      } })));
+  }
+  fill(view(),
+    el('h1', { text: 'Pauses' }),
+    table(['Id', 'Pauses', 'Parked events', 'Since', 'Until', 'By', 'Reason', ''], activeRows, 'Nothing is paused.'),
+    form,
+    el('h2', { text: 'Ended in the last day' }),
+    table(['Id', 'Paused', 'Since', 'Ended', 'How', 'By', 'Reason'], endedRows, 'No pause ended in the last day.'));
+  if (!quiet) refreshing(pauses, () => document.activeElement && document.activeElement.closest && document.activeElement.closest('.pause-form'));
 }
 
 // ---- start ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 use durabus::cancel::REASON_MAX_CHARS as CANCEL_REASON_MAX;
 use durabus::dlq::MAX_NOTE;
 use durabus::pattern::{EVENT_TYPE_REGEX, MAX_TYPE_LEN, PATTERN_REGEX};
+use durabus::pause::REASON_MAX_CHARS as PAUSE_REASON_MAX;
 use durabus::payload::{JSON_PATH_REGEX, MAX_REASON, STAGES_ITEM_REGEX};
 use durabus::replay::{MAX_IDS, MAX_RATE, MAX_TYPES};
 use durabus::text::{NO_NUL, REQUIRED_TEXT};
@@ -140,6 +141,7 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
             periodic_name(),
         ),
         ("/api/v2/periodic/{name}", "delete", "name", periodic_name()),
+        ("/api/v2/pauses", "get", "limit", limit()),
         (
             "/api/v2/events",
             "get",
@@ -161,6 +163,18 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
         ("CancelBody", "reason", required_text(CANCEL_REASON_MAX)),
         ("CancelBody", "subscription", nullable(required_text(255))),
         ("AbandonBody", "note", optional_text(MAX_NOTE)),
+        ("PauseBody", "reason", required_text(PAUSE_REASON_MAX)),
+        (
+            "PauseBody",
+            "target",
+            nullable(required_text(durabus::pause::TARGET_MAX_CHARS)),
+        ),
+        (
+            "PauseBody",
+            "for_seconds",
+            json!({"type": ["integer", "null"], "minimum": 1, "maximum": durabus::pause::MAX_PAUSE_SECONDS}),
+        ),
+        ("ResumeBody", "reason", optional_text(PAUSE_REASON_MAX)),
         ("DeleteBody", "reason", required_text(MAX_REASON)),
         ("BulkBody", "note", optional_text(MAX_NOTE)),
         ("FilterBody", "event_type", nullable(glob())),
@@ -221,6 +235,13 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
             {"required": ["all"], "properties": {"all": {"const": true}}},
             {"required": ["filter"], "properties": {"filter": non_empty_filter()}},
         ]},
+    ]);
+    let pause = at(doc, &["components", "schemas", "PauseBody"])?;
+    pause["oneOf"] = json!([
+        {"properties": {"scope": {"const": "bus"}, "target": {"type": "null"}}},
+        {"required": ["target"], "properties": {
+            "scope": {"enum": ["subscription", "matching"]},
+            "target": required_text(durabus::pause::TARGET_MAX_CHARS)}},
     ]);
     let replay = at(doc, &["components", "schemas", "ReplayBody"])?;
     replay["allOf"] = json!([

@@ -238,16 +238,8 @@ pub(crate) async fn abandon(
     Path(id): Path<EventId>,
     body: Bytes,
 ) -> ApiResult<axum::Json<DeadLetter>> {
-    let body: AbandonBody = optional_json(&body)?;
+    let body: AbandonBody = crate::extract::optional_json(&body)?;
     act(&state, id, Action::Abandon { note: body.note }, &caller).await
-}
-
-/// An optional JSON body: empty, or `null`, is the default.
-fn optional_json<T: Default + serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    Ok(crate::extract::parse_json::<Option<T>>(body)?.unwrap_or_default())
 }
 
 /// Query of the groups listing.

@@ -5,6 +5,7 @@
 mod dead_letters;
 mod events;
 mod operations;
+mod pauses;
 mod payloads;
 mod periodic;
 mod replay;
@@ -52,6 +53,8 @@ pub(crate) fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(periodic::pause))
         .routes(routes!(periodic::resume))
         .routes(routes!(periodic::remove))
+        .routes(routes!(pauses::list, pauses::pause))
+        .routes(routes!(pauses::resume))
         .routes(routes!(system::subscriptions))
         .routes(routes!(system::stats))
         .routes(routes!(system::overview))

@@ -3,10 +3,12 @@
 //! route is behind a token and every write behind an admin token.
 
 mod dead_letters;
+mod pauses;
 mod periodic;
 mod resources;
 mod routes;
 use dead_letters::*;
+use pauses::*;
 use periodic::*;
 use resources::*;
 use routes::*;
@@ -31,6 +33,7 @@ both!(
     replays_preview_dry_run_start_follow_and_cancel,
     jobs_subscriptions_stats_metrics_and_health,
     periodic_events_are_listed_paused_resumed_and_removed,
+    pauses_are_started_listed_and_resumed,
     a_closed_store_answers_503_without_its_cause,
     every_refused_value_names_its_field_problem_and_accepted_range,
 );
