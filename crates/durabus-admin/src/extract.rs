@@ -259,6 +259,16 @@ impl From<PathRejection> for ApiError {
     }
 }
 
+/// An optional JSON body: empty, or `null`, is the default.
+pub(crate) fn optional_json<T: Default + serde::de::DeserializeOwned>(
+    body: &[u8],
+) -> crate::error::ApiResult<T> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    Ok(parse_json::<Option<T>>(body)?.unwrap_or_default())
+}
+
 #[cfg(test)]
 #[allow(clippy::expect_used)]
 mod tests {
@@ -304,14 +314,4 @@ mod tests {
         assert!(!decodes_to_utf8("subscription=pay%C3%28"));
         assert!(!decodes_to_utf8("event_type=%ED%A0%80"));
     }
-}
-
-/// An optional JSON body: empty, or `null`, is the default.
-pub(crate) fn optional_json<T: Default + serde::de::DeserializeOwned>(
-    body: &[u8],
-) -> crate::error::ApiResult<T> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    Ok(parse_json::<Option<T>>(body)?.unwrap_or_default())
 }
