@@ -178,3 +178,111 @@ fn a_running_worker_obeys_pause_and_resume_on_postgres() {
     pause_resume_with_a_worker_running(dir.path(), &db);
     rt.block_on(crate::workers::drop_schema(&pool, &schema));
 }
+
+/// Milliseconds since the epoch on this machine's clock (the one `date` in the handlers reads).
+fn epoch_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// The handler starts recorded in `ran.txt`: (ms since the epoch, worker process id).
+fn starts(dir: &Path) -> Vec<(u128, String)> {
+    std::fs::read_to_string(dir.join("ran.txt"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (ms, pid) = l.split_once(' ')?;
+            Some((ms.parse().ok()?, pid.to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_worker_process_observes_a_pause_within_a_second_on_postgres() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(pool) = rt.block_on(crate::workers::admin()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let schema = crate::workers::schema();
+    let url = crate::workers::pg_url();
+    let db = ["--db", url.as_str(), "--schema", schema.as_str()];
+    let first = run(
+        dir,
+        &db,
+        &["worker", "--handler", "tick=true", "--exit-when-idle"],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    // Three worker processes; each handler start is recorded with the worker's process id
+    // (the parent of the command's shell).
+    let workers: Vec<Worker> = (0..3)
+        .map(|_| {
+            Worker(
+                Command::new(env!("CARGO_BIN_EXE_durabus"))
+                    .current_dir(dir)
+                    .args(db)
+                    .args([
+                        "worker",
+                        "--handler",
+                        r#"tick=echo "$(($(date +%s%N) / 1000000)) $PPID" >> ran.txt"#,
+                    ])
+                    .env_remove("RUST_LOG")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let published = std::cell::Cell::new(0usize);
+    let publish = || {
+        let o = run(dir, &db, &["events", "publish", "tick", "{}"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        published.set(published.get() + 1);
+    };
+    // Publish until every process has handled events.
+    eventually("every worker to handle events", || {
+        publish();
+        let pids: std::collections::HashSet<String> =
+            starts(dir).into_iter().map(|(_, p)| p).collect();
+        pids.len() == 3
+    });
+    let paused = run(
+        dir,
+        &db,
+        &[
+            "pause",
+            "--subscription",
+            "tick",
+            "--reason",
+            "downstream down",
+        ],
+    );
+    assert!(paused.status.success(), "{}", stderr(&paused));
+    let at = epoch_ms();
+    // Events keep coming for 1.5 s after the pause.
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        publish();
+    }
+    let late: Vec<(u128, String)> = starts(dir)
+        .into_iter()
+        .filter(|(ms, _)| *ms > at + 1000)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "handlers started more than 1 s after the pause: {late:?}"
+    );
+    // What was published after it waits, parked, and runs after the resume.
+    assert!(starts(dir).len() < published.get(), "nothing was held back");
+    let resumed = run(dir, &db, &["resume", "--subscription", "tick"]);
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    eventually("the parked events to run", || {
+        starts(dir).len() >= published.get()
+    });
+    drop(workers);
+    rt.block_on(crate::workers::drop_schema(&pool, &schema));
+}
