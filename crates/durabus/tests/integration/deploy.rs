@@ -116,6 +116,15 @@ async fn scrape(builder: BusBuilder) -> String {
         .run(&op.id, &RunOptions::default(), &ReplayHooks::new(), |_| {})
         .await
         .unwrap();
+    // A pause in force, so its gauges have series.
+    bus.pause(durabus::PauseRequest {
+        scope: durabus::PauseScope::Matching("nothing-*".into()),
+        until: None,
+        actor: ann.clone(),
+        reason: "the pause gauges".into(),
+    })
+    .await
+    .unwrap();
     let text = bus.metrics_text().await.unwrap();
     bus.shutdown().await.unwrap();
     text
