@@ -96,6 +96,8 @@ test('the overview shows the seeded counts, the chart and the breakers', async (
   assert.ok((await t.page.$$('.chart svg rect')).length >= 1, 'the chart has bars');
   assert.match(await t.page.textContent('.legend'), /delivered \d+/);
   assert.match(await t.page.textContent('main'), /payments/);
+  // A separate server shows each worker process's breaker as the process reported it.
+  assert.match(await t.page.textContent('[data-process="worker-1"]'), /open worker-1/);
   await shot(t.page, 'overview');
   assert.deepEqual(t.problems, []);
   await t.close();

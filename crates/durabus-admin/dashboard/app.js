@@ -310,10 +310,15 @@ async function overview(quiet) {
   ]));
   if (!data) return;
   const [o, subs, jobs] = data;
+  // This process's breaker if the handler runs here; else each worker process's, as reported.
+  const reported = (x) => (x.breakers || []).map((b) => el('div', { class: 'reported', 'data-process': b.process },
+    badge(b.state), ` ${b.process}`));
   const subRows = subs.map((x) => el('tr', {},
     el('td', {}, x.name || x.id), el('td', {}, x.event_type),
-    el('td', {}, x.breaker ? badge(x.breaker.state) : el('span', { class: 'muted', text: x.in_this_process ? 'closed' : 'in the worker process' })),
-    el('td', {}, x.breaker ? `${(x.breaker.failure_rate * 100).toFixed(0)} % of ${x.breaker.samples}` : '—')));
+    el('td', {}, x.breaker ? badge(x.breaker.state)
+      : ((x.breakers || []).length ? reported(x) : el('span', { class: 'muted', text: x.in_this_process ? 'closed' : 'in the worker process' }))),
+    el('td', {}, x.breaker ? `${(x.breaker.failure_rate * 100).toFixed(0)} % of ${x.breaker.samples}`
+      : ((x.breakers || []).length ? x.breakers.map((b) => el('div', { text: `${(b.failure_rate * 100).toFixed(0)} % of ${b.samples}` })) : '—'))));
   const jobRows = jobs.map((j) => el('tr', {},
     el('td', {}, j.name), el('td', {}, j.schedule),
     el('td', {}, j.last && j.last.last_status ? badge(j.last.last_status) : '—'),

@@ -156,6 +156,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if dead != want {
         return Err(format!("only {dead} of {want} payments reached the dead-letter queue").into());
     }
+    // What a worker process whose payments breaker opened reports to the store (a started
+    // bus does this by itself every 10 s): the overview lists it with the subscription.
+    let now = durabus::Timestamp::now();
+    durabus::BreakerStore::breaker_report(
+        bus.store().as_ref(),
+        vec![durabus::breaker::report::BreakerReport {
+            subscription: "payments".into(),
+            process: "worker-1".into(),
+            state: durabus::BreakerState::Open,
+            failure_rate: 1.0,
+            samples: 12,
+            opened_at: Some(now),
+            reported_at: now,
+        }],
+        durabus::Timestamp(0),
+    )
+    .await?;
     bus.shutdown().await?;
     println!(
         "seeded {target}: {SHIPPED} delivered, {} dead letters in 2 groups, {REMINDERS} scheduled, 2 periodic",

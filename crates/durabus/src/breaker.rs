@@ -32,6 +32,11 @@ pub struct BreakerConfig {
     /// How long an event skipped while a probe is in flight waits before it is looked at
     /// again. Defaults to 1 s.
     pub probe_wait: Duration,
+    /// Shared across the processes of the bus (named subscriptions; see [`report`]): a
+    /// breaker that opens in one process opens in every process within its
+    /// [`pause_refresh`](crate::BusConfig::pause_refresh), and half-open lets one probe through
+    /// for the whole cluster. Defaults to `false` (each process decides for itself).
+    pub shared: bool,
 }
 
 impl Default for BreakerConfig {
@@ -42,6 +47,7 @@ impl Default for BreakerConfig {
             window: Duration::from_secs(60),
             open_for: Duration::from_secs(30),
             probe_wait: Duration::from_secs(1),
+            shared: false,
         }
     }
 }
@@ -72,7 +78,7 @@ impl BreakerConfig {
 
 /// Where a breaker is.
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BreakerState {
     /// Handlers run.
@@ -91,6 +97,17 @@ impl BreakerState {
             BreakerState::Open => "open",
             BreakerState::HalfOpen => "half_open",
         }
+    }
+
+    /// The state named `text`, if it is one.
+    pub fn parse(text: &str) -> Option<BreakerState> {
+        [
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
     }
 }
 
@@ -136,6 +153,9 @@ pub struct Breaker {
     failures: u64,
     opened_at: Option<Timestamp>,
     probe_in_flight: bool,
+    /// When a probe last closed it (here or, shared, in another process): an opening from
+    /// before then is over.
+    closed_at: Option<Timestamp>,
 }
 
 /// A breaker as the query API shows it.
@@ -165,6 +185,7 @@ impl Breaker {
             failures: 0,
             opened_at: None,
             probe_in_flight: false,
+            closed_at: None,
         }
     }
 
@@ -248,6 +269,7 @@ impl Breaker {
                     // A fresh start: the failures that opened it are history.
                     self.clear_outcomes();
                     self.opened_at = None;
+                    self.closed_at = Some(now);
                     self.move_to(BreakerState::Closed)
                 } else {
                     self.opened_at = Some(now);
@@ -279,6 +301,32 @@ impl Breaker {
         self.probe_in_flight = false;
     }
 
+    /// Opens it as another process's breaker opened at `at` (a shared breaker): open until
+    /// `at + open_for`, then half-open. Nothing changes if it is open since `at` already, or
+    /// a probe closed it after `at` (that opening is over).
+    pub fn force_open(&mut self, at: Timestamp) -> Option<Transition> {
+        if self.opened_at == Some(at) && self.state != BreakerState::Closed
+            || self.closed_at.is_some_and(|c| c >= at)
+        {
+            return None;
+        }
+        self.opened_at = Some(at);
+        self.probe_in_flight = false;
+        self.move_to(BreakerState::Open)
+    }
+
+    /// Closes it at `now` as another process's probe closed the shared breaker: a fresh start.
+    pub fn force_close(&mut self, now: Timestamp) -> Option<Transition> {
+        if self.state == BreakerState::Closed {
+            return None;
+        }
+        self.clear_outcomes();
+        self.closed_at = Some(now);
+        self.opened_at = None;
+        self.probe_in_flight = false;
+        self.move_to(BreakerState::Closed)
+    }
+
     /// The breaker as the query API shows it, at `now`.
     pub fn snapshot(&self, now: Timestamp) -> BreakerSnapshot {
         let horizon = now.minus(self.config.window);
@@ -302,6 +350,8 @@ impl Breaker {
         }
     }
 }
+
+pub mod report;
 
 #[cfg(test)]
 mod tests;

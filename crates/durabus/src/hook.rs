@@ -49,6 +49,8 @@ pub enum ErrorSource {
     PayloadConfig,
     /// Reading the active pauses, ending expired ones, waking what they parked.
     Pauses,
+    /// Reporting this process's breakers to the store, following shared ones.
+    Breakers,
     /// Removing an unnamed subscription's row at shutdown.
     SubscriptionCleanup,
     /// A handler's failed delivery attempt (only with
@@ -83,6 +85,7 @@ impl std::fmt::Display for ErrorSource {
             ErrorSource::Periodic(name) => write!(f, "periodic event {name}"),
             ErrorSource::PayloadConfig => f.write_str("payload configuration"),
             ErrorSource::Pauses => f.write_str("pauses"),
+            ErrorSource::Breakers => f.write_str("breakers"),
             ErrorSource::SubscriptionCleanup => f.write_str("subscription cleanup"),
             ErrorSource::Handler {
                 event_id,

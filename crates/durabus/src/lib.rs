@@ -169,9 +169,10 @@ pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
-    ActBatch, ActReport, Backend, ChunkWrite, DeadLetterStore, EventQuery, EventStore, InsertMode,
-    JobRow, JobStart, JobStore, OperationStore, Outcome, PauseStore, PeriodicStore, QueryStore,
-    RetryCount, StatusCount, Store, StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
+    ActBatch, ActReport, Backend, BreakerStore, ChunkWrite, DeadLetterStore, EventQuery,
+    EventStore, InsertMode, JobRow, JobStart, JobStore, OperationStore, Outcome, PauseStore,
+    PeriodicStore, QueryStore, RetryCount, StatusCount, Store, StoreLifecycle, Stored,
+    SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 #[cfg(feature = "opentelemetry")]

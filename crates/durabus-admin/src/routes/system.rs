@@ -8,6 +8,7 @@ use axum::Extension;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use durabus::breaker::report::BreakerReport;
 use durabus::store::MinuteCount;
 use durabus::telemetry::StoreGauges;
 use durabus::{BreakerSnapshot, StatsSnapshot, Timestamp};
@@ -70,6 +71,9 @@ pub(crate) struct SubscriptionView {
     /// Its circuit breaker, when its handler runs in this process (breakers live in the
     /// process running the handler; a separate admin server does not see them).
     breaker: Option<BreakerSnapshot>,
+    /// Its breaker in every process that runs its handler, as each reported it to the store
+    /// within the last minute (every 10 s, and at every change).
+    breakers: Vec<BreakerReport>,
 }
 
 /// Subscriptions stored in the database, with the breakers of those whose handlers run here.
@@ -79,6 +83,7 @@ pub(crate) async fn subscriptions(
     State(state): State<AdminState>,
 ) -> ApiResult<axum::Json<Vec<SubscriptionView>>> {
     let rows = state.bus().store().subscriptions().await?;
+    let reports = state.bus().breaker_reports().await?;
     let breakers = state.bus().breakers();
     let local = state.bus().subscriptions();
     Ok(axum::Json(
@@ -89,6 +94,11 @@ pub(crate) async fn subscriptions(
                     .iter()
                     .find(|b| b.subscription_id == r.id)
                     .map(|b| b.breaker.clone()),
+                breakers: reports
+                    .iter()
+                    .filter(|b| Some(&b.subscription) == r.name.as_ref().or(Some(&r.id)))
+                    .cloned()
+                    .collect(),
                 id: r.id,
                 name: r.name,
                 event_type: r.event_type,

@@ -218,3 +218,36 @@ fn config_validation() {
         assert!(bad.validate().is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn a_shared_opening_is_followed_until_a_probe_closes_it() {
+    let mut b = breaker();
+    let t = b.force_open(at(1_000));
+    assert_eq!(t.map(|t| t.to), Some(BreakerState::Open));
+    assert_eq!(
+        b.admit(at(2_000)).0,
+        Admission::Skip {
+            retry_at: at(31_000)
+        }
+    );
+    // The same opening again changes nothing.
+    assert_eq!(b.force_open(at(1_000)), None);
+    assert_eq!(b.state(at(31_000)), BreakerState::HalfOpen);
+    // Another process's probe closed it: a fresh start, and that opening (read late) is over.
+    assert_eq!(
+        b.force_close(at(31_500)).map(|t| t.to),
+        Some(BreakerState::Closed)
+    );
+    assert_eq!(b.force_open(at(1_000)), None);
+    assert_eq!(b.admit(at(31_600)).0, Admission::Run);
+    // A later opening opens it again.
+    assert_eq!(
+        b.force_open(at(40_000)).map(|t| t.to),
+        Some(BreakerState::Open)
+    );
+    assert_eq!(
+        b.force_close(at(70_000)).map(|t| t.from),
+        Some(BreakerState::Open)
+    );
+    assert_eq!(b.force_close(at(70_001)), None, "closed already");
+}

@@ -42,13 +42,13 @@ impl EventBus {
         {
             // Read once before the worker's first claim, then kept fresh.
             self.refresh_pauses().await;
-            let (pauses, clock) = (self.pauses(), self.clock());
-            let paused = self.dispatcher().paused().clone();
+            let (pauses, dispatcher) = (self.pauses(), self.dispatcher().clone());
             let every = self.config().pause_refresh;
             let hook = self.config().on_error.clone();
-            life.supervisor.spawn("pauses", move |shutdown| {
-                super::pauses::run(pauses, paused, clock, every, hook, shutdown)
-            });
+            life.supervisor
+                .spawn("pauses and breakers", move |shutdown| {
+                    super::pauses::run(pauses, dispatcher, every, hook, shutdown)
+                });
         }
         if deliver {
             let dispatcher = self.dispatcher().clone();

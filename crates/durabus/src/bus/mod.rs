@@ -342,6 +342,18 @@ impl EventBus {
         d.breakers().snapshot(d.registry().all(), d.clock().now())
     }
 
+    /// Every process's breakers as reported to the store in the last
+    /// [`REPORT_FRESH`](crate::breaker::report::REPORT_FRESH), by subscription and process
+    /// (a started bus reports its own on every change and every
+    /// [`REPORT_EVERY`](crate::breaker::report::REPORT_EVERY)).
+    pub async fn breaker_reports(&self) -> Result<Vec<crate::breaker::report::BreakerReport>> {
+        let since = self
+            .clock()
+            .now()
+            .minus(crate::breaker::report::REPORT_FRESH);
+        self.store().breaker_reports(since).await
+    }
+
     /// A snapshot of the retry metrics kept since this bus was built.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.dispatcher().metrics().snapshot()

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::EventBus;
-use crate::dispatch::paused::Paused;
+use crate::dispatch::Dispatcher;
 use crate::error::Result;
 use crate::pause::{Pause, PauseRequest, Pauses, ResumeRequest};
 use crate::shutdown::Shutdown;
@@ -84,15 +84,19 @@ impl EventBus {
     }
 }
 
-/// The refresh task of a started bus: every `every`, and when the earliest `until` comes.
+/// The refresh task of a started bus: every `every`, and when the earliest `until` comes,
+/// it reads the pauses and syncs the breakers with the other processes (see
+/// [`crate::breaker::report`]).
 pub(super) async fn run(
     pauses: Pauses,
-    paused: Arc<Paused>,
-    clock: Arc<dyn crate::clock::Clock>,
+    dispatcher: Arc<Dispatcher>,
     every: Duration,
     hook: crate::hook::ErrorHook,
     mut shutdown: Shutdown,
 ) {
+    let paused = dispatcher.paused().clone();
+    let clock = dispatcher.clock().clone();
+    let mut last_report = None;
     loop {
         let ticket = paused.ticket();
         match pauses.refresh().await {
@@ -100,6 +104,16 @@ pub(super) async fn run(
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the active pauses; the next refresh tries again");
                 hook.report(crate::hook::ErrorSource::Pauses, &e, true);
+            }
+        }
+        match dispatcher
+            .sync_breakers(clock.now(), last_report, every)
+            .await
+        {
+            Ok(at) => last_report = at,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not sync the breakers with the store; the next refresh tries again");
+                hook.report(crate::hook::ErrorSource::Breakers, &e, true);
             }
         }
         let next = paused

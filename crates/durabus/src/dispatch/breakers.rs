@@ -32,6 +32,10 @@ pub(crate) struct Breakers {
     config: BreakerConfig,
     map: Mutex<HashMap<String, Breaker>>,
     telemetry: Arc<Telemetry>,
+    /// This process's name in the breakers it reports.
+    process: String,
+    /// A breaker changed since the last report.
+    changed: std::sync::atomic::AtomicBool,
 }
 
 impl Breakers {
@@ -40,12 +44,32 @@ impl Breakers {
             config,
             map: Mutex::new(HashMap::new()),
             telemetry,
+            process: crate::holder::worker_name(),
+            changed: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The thresholds, and whether the breakers are shared across processes.
+    pub fn config(&self) -> &BreakerConfig {
+        &self.config
+    }
+
+    /// This process's name in the breakers it reports.
+    pub fn process(&self) -> &str {
+        &self.process
+    }
+
+    /// Whether a breaker changed since the last call.
+    pub fn take_changed(&self) -> bool {
+        self.changed
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
     }
 
     /// Logs and counts a state change of `sub`'s breaker.
     fn changed(&self, sub: &Subscription, t: Option<Transition>) {
         if let Some(t) = t {
+            self.changed
+                .store(true, std::sync::atomic::Ordering::Release);
             tracing::info!(
                 subscription_id = %sub.id,
                 from = %t.from,
@@ -77,12 +101,28 @@ impl Breakers {
             .collect()
     }
 
-    /// Records the outcome of an admitted run.
-    pub fn record(&self, sub: &Subscription, now: Timestamp, success: bool) {
-        if let Some(b) = lock(&self.map).get_mut(&sub.id) {
-            let t = b.record(now, success);
-            self.changed(sub, t);
-        }
+    /// Records the outcome of an admitted run; returns the state change it made.
+    pub fn record(&self, sub: &Subscription, now: Timestamp, success: bool) -> Option<Transition> {
+        let t = lock(&self.map).get_mut(&sub.id)?.record(now, success);
+        self.changed(sub, t);
+        t
+    }
+
+    /// Opens `sub`'s breaker as the shared one opened at `at`, unless it is open since then.
+    pub fn force_open(&self, sub: &Subscription, at: Timestamp) {
+        let t = lock(&self.map)
+            .entry(sub.id.clone())
+            .or_insert_with(|| Breaker::new(self.config))
+            .force_open(at);
+        self.changed(sub, t);
+    }
+
+    /// Closes `sub`'s breaker as another process's probe closed the shared one.
+    pub fn force_close(&self, sub: &Subscription, now: Timestamp) {
+        let t = lock(&self.map)
+            .get_mut(&sub.id)
+            .and_then(|b| b.force_close(now));
+        self.changed(sub, t);
     }
 
     /// Releases a probe that was admitted but did not run.

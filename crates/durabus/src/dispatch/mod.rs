@@ -13,6 +13,7 @@ pub(crate) mod observer;
 pub(crate) mod paused;
 pub(crate) mod registry;
 mod run;
+mod shared_breakers;
 pub(crate) mod worker;
 
 use std::sync::Arc;

@@ -43,6 +43,11 @@ impl Registry {
         read(&self.subs).iter().map(|s| s.info.clone()).collect()
     }
 
+    /// Every entry, in order.
+    pub fn entries(&self) -> Vec<Arc<Entry>> {
+        read(&self.subs).clone()
+    }
+
     /// The subscriptions whose pattern matches `event_type`.
     pub fn matching(&self, event_type: &str) -> Vec<Arc<Entry>> {
         read(&self.subs)

@@ -43,7 +43,11 @@ impl Dispatcher {
             });
         }
         let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
-        let admissions = self.breakers.admit(&infos, now);
+        let mut admissions = self.breakers.admit(&infos, now);
+        if self.breakers.config().shared {
+            self.take_shared_probes(&pending, &mut admissions, now)
+                .await;
+        }
         let mut snoozed: Option<(Timestamp, Vec<String>)> = None;
         // When the last handler that ran ended: what the breakers and the decision are told.
         let mut ended = None;
@@ -87,7 +91,12 @@ impl Dispatcher {
                     self.breakers.release_probe(&sub.info.id);
                 }
             } else {
-                self.breakers.record(&sub.info, at, result.is_ok());
+                let t = self.breakers.record(&sub.info, at, result.is_ok());
+                if let Some(t) = t
+                    && self.breakers.config().shared
+                {
+                    self.share_transition(sub, t, at).await;
+                }
             }
             let Some((error, causes)) = result.into_failure() else {
                 delivered.push(sub.key.clone());

@@ -46,6 +46,7 @@ pub(crate) const SQLITE: &[Migration] = &[
         "dead_letter_types"
     ),
     migration!(12, "sqlite", "0012_pauses.sql", "pauses"),
+    migration!(13, "sqlite", "0013_breakers.sql", "breakers"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -67,6 +68,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "dead_letter_types"
     ),
     migration!(11, "postgres", "0011_pauses.sql", "pauses"),
+    migration!(12, "postgres", "0012_breakers.sql", "breakers"),
 ];
 
 /// The newest version in `migrations`.

@@ -14,6 +14,7 @@
 //! | [`CancelStore`] | cancels of events (all subscriptions or one) and their records |
 //! | [`PeriodicStore`] | periodic-event definitions and where each is in its schedule |
 //! | [`PauseStore`] | pauses on record; ending one makes the events it parked due |
+//! | [`BreakerStore`] | breakers reported by every process; shared breakers' rows and their probe |
 //! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
 //!
 //! [`Store`] is all of them together; `Arc<dyn Store>` is what a bus holds.
@@ -35,6 +36,7 @@ use crate::operation::{Advance, NewOperation, Operation, OperationKind, Operatio
 use crate::payload::NewSnapshot;
 use crate::replay::ReplaySelection;
 
+mod breaker_store;
 mod cancel_store;
 pub(crate) mod migrations;
 mod pause_store;
@@ -47,6 +49,7 @@ pub(crate) mod recovery;
 pub mod sqlite;
 mod types;
 
+pub use breaker_store::BreakerStore;
 pub use cancel_store::CancelStore;
 pub use pause_store::PauseStore;
 pub use payload_store::PayloadStore;
@@ -450,6 +453,7 @@ pub trait Store:
     + CancelStore
     + PeriodicStore
     + PauseStore
+    + BreakerStore
     + StoreLifecycle
 {
 }
@@ -465,6 +469,7 @@ impl<T> Store for T where
         + CancelStore
         + PeriodicStore
         + PauseStore
+        + BreakerStore
         + StoreLifecycle
 {
 }

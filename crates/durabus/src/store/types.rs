@@ -327,6 +327,11 @@ pub struct StoreGauges {
     /// it from [`PauseStore::pause_list`](crate::PauseStore::pause_list); a store's `gauges`
     /// leaves it empty).
     pub pauses: Vec<(String, String, Timestamp, u64)>,
+    /// Every process's breakers as reported in the last minute, as `(subscription, process,
+    /// state)` (the telemetry fills it from
+    /// [`BreakerStore::breaker_reports`](crate::BreakerStore::breaker_reports); a store's
+    /// `gauges` leaves it empty).
+    pub breakers: Vec<(String, String, crate::breaker::BreakerState)>,
 }
 
 /// How recent a failure group's first failure must be for the gauges to count it as new.

@@ -56,6 +56,12 @@ pub(crate) async fn read_gauges(
             (kind, target, p.paused_at, p.parked)
         })
         .collect();
+    gauges.breakers = store
+        .breaker_reports(now.minus(crate::breaker::report::REPORT_FRESH))
+        .await?
+        .into_iter()
+        .map(|r| (r.subscription, r.process, r.state))
+        .collect();
     Ok(gauges)
 }
 

@@ -36,6 +36,7 @@ pub(super) struct Gauges {
     held_key_age: F64Gauge,
     pause_seconds: Family<Two, F64Gauge>,
     pause_parked: Family<Two, Gauge>,
+    breaker_reported: Family<Two, Gauge>,
 }
 
 impl Gauges {
@@ -111,6 +112,12 @@ impl Gauges {
             "pause_parked_events",
             "Events each active pause holds parked (due when it ends), by scope and target",
             gauges.pause_parked.clone(),
+        );
+        registry.register(
+            "breaker_reported_state",
+            "Circuit breaker state by subscription and process, as every process reported it to \
+             the store in the last minute: 0 closed, 1 half-open, 2 open",
+            gauges.breaker_reported.clone(),
         );
         registry.register(
             "store_up",
@@ -204,6 +211,18 @@ impl Gauges {
             .get_or_create(&one("group", "other"))
             .set(int(s.dead_letter_records.saturating_sub(labelled)));
         g.live_workers.set(int(s.live_workers.unwrap_or(0)));
+        // Rebuilt at each reading: a process that stopped reporting has no series.
+        g.breaker_reported.clear();
+        for (sub, process, state) in &s.breakers {
+            let v = match state {
+                crate::breaker::BreakerState::Closed => 0,
+                crate::breaker::BreakerState::HalfOpen => 1,
+                crate::breaker::BreakerState::Open => 2,
+            };
+            g.breaker_reported
+                .get_or_create(&[("subscription", sub.clone()), ("process", process.clone())])
+                .set(v);
+        }
         // Rebuilt at each reading: a pause that ended has no series.
         g.pause_seconds.clear();
         g.pause_parked.clear();

@@ -170,6 +170,8 @@ macro_rules! all_contract_tests {
             pauses::pausing_the_whole_bus_stops_claims_and_publish_returns_at_once,
             pauses::an_event_parked_as_its_pause_ended_is_woken_by_a_refresh,
             pauses::bad_pauses_and_resumes_are_refused_and_nothing_changes,
+            shared_breakers::every_process_reports_its_breakers,
+            shared_breakers::a_shared_breaker_opens_everywhere_and_probes_once,
         );
     };
 }

@@ -256,6 +256,37 @@ pub(super) async fn jobs_subscriptions_stats_metrics_and_health(api: &Api) {
         .expect("the payments subscription");
     assert_eq!(pay["in_this_process"], true);
     assert_eq!(pay["breaker"]["state"], "closed");
+    assert_eq!(
+        pay["breakers"],
+        json!([]),
+        "no worker process has reported yet"
+    );
+    // A worker process's report (as its bus writes it) is listed with the subscription.
+    let now = durabus::Clock::now(&api.clock);
+    durabus::BreakerStore::breaker_report(
+        api.bus.store().as_ref(),
+        vec![durabus::breaker::report::BreakerReport {
+            subscription: "payments".into(),
+            process: "worker-1".into(),
+            state: durabus::BreakerState::Open,
+            failure_rate: 1.0,
+            samples: 4,
+            opened_at: Some(now),
+            reported_at: now,
+        }],
+        durabus::Timestamp(0),
+    )
+    .await
+    .unwrap();
+    let (_, subs) = api.get("/api/v2/subscriptions").await;
+    let pay = subs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "payments")
+        .expect("the payments subscription");
+    assert_eq!(pay["breakers"][0]["process"], "worker-1", "{pay}");
+    assert_eq!(pay["breakers"][0]["state"], "open");
     let (_, stats) = api.get("/api/v2/stats").await;
     assert_eq!(stats["by_type"]["pay.card"]["dlq"], 2, "{stats}");
     assert!(stats["computed_at"].is_string(), "{stats}");

@@ -114,6 +114,7 @@ impl PgStore {
             failure_groups: Vec::new(),
             dead_letter_types,
             pauses: Vec::new(),
+            breakers: Vec::new(),
         })
     }
 }

@@ -9,6 +9,7 @@
 //! Publishing sends `NOTIFY`, so idle workers in other processes wake at once; if the listening
 //! connection drops, workers poll until it is back.
 
+mod breakers;
 mod cancels;
 mod dead_letter_act;
 mod dead_letter_rows;

@@ -85,6 +85,7 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
         failure_groups: Vec::new(),
         dead_letter_types,
         pauses: Vec::new(),
+        breakers: Vec::new(),
     })
 }
 

@@ -1,6 +1,7 @@
 //! The SQLite store: a file database in WAL mode (or an in-memory one), one writer thread with
 //! group commit, and a small pool of read connections. No call blocks the async runtime.
 
+mod breakers;
 mod cancels;
 mod checkpoint;
 mod dead_letter_rows;

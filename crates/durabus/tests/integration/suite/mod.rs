@@ -19,6 +19,7 @@ pub mod publish;
 pub mod replay;
 pub mod retry;
 pub mod schedule;
+pub mod shared_breakers;
 pub mod snooze;
 pub mod stats;
 pub mod store;
