@@ -234,10 +234,11 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
         .collect::<Result<_, _>>()
         .unwrap();
     // Every table of the bus carries its prefix; the application's two are untouched
-    // (`sqlite_sequence` is SQLite's own, kept for the dead letters' AUTOINCREMENT positions).
+    // (`sqlite_sequence` is SQLite's own, kept for the AUTOINCREMENT ids of dead letters and pauses).
     assert_eq!(
         tables,
         vec![
+            "app_bus_breaker_reports",
             "app_bus_cancellations",
             "app_bus_dead_letter_groups",
             "app_bus_dead_letter_types",
@@ -249,8 +250,10 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
             "app_bus_keyed",
             "app_bus_meta",
             "app_bus_operations",
+            "app_bus_pauses",
             "app_bus_payload_config",
             "app_bus_periodic",
+            "app_bus_shared_breakers",
             "app_bus_snoozes",
             "app_bus_subscriptions",
             "app_bus_waiting",
