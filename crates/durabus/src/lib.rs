@@ -112,6 +112,7 @@ pub mod pause;
 pub mod payload;
 pub mod periodic;
 mod published;
+pub mod rate;
 pub mod replay;
 pub mod retry;
 pub mod scheduler;
@@ -152,6 +153,7 @@ pub use outbox::Outbox;
 pub use pause::{Pause, PauseRequest, PauseScope, Pauses, ResumeRequest, ResumeTarget};
 pub use payload::{ConfigChange, ConfigInput, PayloadConfig, Payloads, Snapshot};
 pub use periodic::{Periodic, PeriodicInfo, Periodics};
+pub use rate::{RateLimit, RateLimits};
 pub use replay::{ReplayHooks, ReplayRequest, ReplayResult, ReplaySelection, Replays};
 pub use retry::{RetryOverride, RetryPolicy};
 /// The `rusqlite` durabus links, for applications that write events in their own SQLite
@@ -171,7 +173,7 @@ pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
     ActBatch, ActReport, Backend, BreakerStore, ChunkWrite, DeadLetterStore, EventQuery,
     EventStore, InsertMode, JobRow, JobStart, JobStore, OperationStore, Outcome, PauseStore,
-    PeriodicStore, QueryStore, RetryCount, StatusCount, Store, StoreLifecycle, Stored,
+    PeriodicStore, QueryStore, RateStore, RetryCount, StatusCount, Store, StoreLifecycle, Stored,
     SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};

@@ -70,8 +70,15 @@ impl EventBus {
             .unwrap_or_default()
     }
 
-    /// Reads the active pauses into this process's view now (a failure is logged; the next
-    /// refresh tries again).
+    /// The rate limits on this bus's store: set, remove, list (see [`crate::rate`]). A limit
+    /// set here holds in this bus at its next refresh, and in every other process within
+    /// theirs.
+    pub fn rate_limits(&self) -> crate::rate::RateLimits {
+        crate::rate::RateLimits::with_clock(self.store().clone(), self.clock().clone())
+    }
+
+    /// Reads the active pauses and the rate-limited subscriptions into this process's view
+    /// now (a failure is logged; the next refresh tries again).
     pub(super) async fn refresh_pauses(&self) {
         let paused = self.dispatcher().paused();
         let ticket = paused.ticket();
@@ -80,6 +87,9 @@ impl EventBus {
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the active pauses; the next refresh tries again");
             }
+        }
+        if let Err(e) = self.dispatcher().refresh_limits().await {
+            tracing::warn!(error = %e, "could not read the rate limits; the next refresh tries again");
         }
     }
 }
@@ -105,6 +115,10 @@ pub(super) async fn run(
                 tracing::warn!(error = %e, "could not read the active pauses; the next refresh tries again");
                 hook.report(crate::hook::ErrorSource::Pauses, &e, true);
             }
+        }
+        if let Err(e) = dispatcher.refresh_limits().await {
+            tracing::warn!(error = %e, "could not read the rate limits; the next refresh tries again");
+            hook.report(crate::hook::ErrorSource::Pauses, &e, true);
         }
         match dispatcher
             .sync_breakers(clock.now(), last_report, every)

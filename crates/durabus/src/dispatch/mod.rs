@@ -9,6 +9,7 @@ pub(crate) mod breakers;
 pub(crate) mod decide;
 pub(crate) mod handoff;
 pub(crate) mod inflight;
+pub(crate) mod limits;
 pub(crate) mod observer;
 pub(crate) mod paused;
 pub(crate) mod registry;
@@ -57,6 +58,8 @@ pub(crate) struct Dispatcher {
     published: crate::published::Published,
     /// The pauses in force, as this process last read them.
     paused: Arc<paused::Paused>,
+    /// The rate-limited subscriptions, as this process last read them.
+    limited: limits::Limited,
 }
 
 impl Dispatcher {
@@ -87,7 +90,21 @@ impl Dispatcher {
             handoff: Handoff::new(),
             published,
             paused: Arc::new(paused::Paused::default()),
+            limited: limits::Limited::default(),
         }
+    }
+
+    /// Reads which subscriptions have a rate limit.
+    pub async fn refresh_limits(&self) -> Result<()> {
+        let keys = self
+            .store
+            .rate_list()
+            .await?
+            .into_iter()
+            .map(|l| l.subscription)
+            .collect();
+        self.limited.replace(keys);
+        Ok(())
     }
 
     /// The pauses in force, as this process last read them.

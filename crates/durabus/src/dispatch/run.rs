@@ -42,6 +42,10 @@ impl Dispatcher {
                 None => true,
             });
         }
+        if let Some(limited) = self.limited.get() {
+            self.take_rate_slots(event, &mut pending, &limited, now, &mut deferred_until)
+                .await;
+        }
         let infos: Vec<&crate::handler::Subscription> = pending.iter().map(|s| &s.info).collect();
         let mut admissions = self.breakers.admit(&infos, now);
         if self.breakers.config().shared {
@@ -131,6 +135,39 @@ impl Dispatcher {
             snoozed,
         };
         (ran, ended)
+    }
+
+    /// Takes a rate-limit slot for each pending subscription that has a limit: one whose slot
+    /// is ahead is left out, the event put off to that slot (reserved for it). A store that
+    /// cannot answer puts the event off by a second.
+    async fn take_rate_slots(
+        &self,
+        event: &Event,
+        pending: &mut Vec<&Arc<Entry>>,
+        limited: &std::collections::HashSet<String>,
+        now: Timestamp,
+        deferred_until: &mut Option<Timestamp>,
+    ) {
+        let mut kept = Vec::with_capacity(pending.len());
+        for sub in pending.drain(..) {
+            if !limited.contains(&sub.key) {
+                kept.push(sub);
+                continue;
+            }
+            let wait = match self.store.rate_take(event.id, &sub.key, now).await {
+                Ok(None | Some(crate::rate::RateTake::Run)) => {
+                    kept.push(sub);
+                    continue;
+                }
+                Ok(Some(crate::rate::RateTake::WaitUntil(t))) => t,
+                Err(e) => {
+                    tracing::warn!(subscription = %sub.key, error = %e, "could not take a rate-limit slot; the event waits");
+                    now.plus(std::time::Duration::from_secs(1))
+                }
+            };
+            *deferred_until = Some(deferred_until.map_or(wait, |t| t.min(wait)));
+        }
+        *pending = kept;
     }
 
     /// Whether `sub`'s handler may snooze `event` once more (fewer than its `max_snoozes` so

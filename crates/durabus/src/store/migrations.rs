@@ -47,6 +47,7 @@ pub(crate) const SQLITE: &[Migration] = &[
     ),
     migration!(12, "sqlite", "0012_pauses.sql", "pauses"),
     migration!(13, "sqlite", "0013_breakers.sql", "breakers"),
+    migration!(14, "sqlite", "0014_rate_limits.sql", "rate_limits"),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -69,6 +70,7 @@ pub(crate) const POSTGRES: &[Migration] = &[
     ),
     migration!(11, "postgres", "0011_pauses.sql", "pauses"),
     migration!(12, "postgres", "0012_breakers.sql", "breakers"),
+    migration!(13, "postgres", "0013_rate_limits.sql", "rate_limits"),
 ];
 
 /// The newest version in `migrations`.

@@ -14,6 +14,7 @@
 //! | [`CancelStore`] | cancels of events (all subscriptions or one) and their records |
 //! | [`PeriodicStore`] | periodic-event definitions and where each is in its schedule |
 //! | [`PauseStore`] | pauses on record; ending one makes the events it parked due |
+//! | [`RateStore`] | rate limits per subscription and the slots they hand out |
 //! | [`BreakerStore`] | breakers reported by every process; shared breakers' rows and their probe |
 //! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
 //!
@@ -44,6 +45,7 @@ mod payload_store;
 mod periodic_store;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod rate_store;
 pub(crate) mod recovery;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
@@ -54,6 +56,7 @@ pub use cancel_store::CancelStore;
 pub use pause_store::PauseStore;
 pub use payload_store::PayloadStore;
 pub use periodic_store::PeriodicStore;
+pub use rate_store::RateStore;
 pub use types::{
     ActBatch, ActReport, ChunkWrite, EventQuery, InsertMode, JobRow, JobStart, MinuteCount,
     NEW_GROUP_WINDOW, Outcome, PoolGauges, Position, RetryCount, SnapshotKey, StatusCount,
@@ -454,6 +457,7 @@ pub trait Store:
     + PeriodicStore
     + PauseStore
     + BreakerStore
+    + RateStore
     + StoreLifecycle
 {
 }
@@ -470,6 +474,7 @@ impl<T> Store for T where
         + PeriodicStore
         + PauseStore
         + BreakerStore
+        + RateStore
         + StoreLifecycle
 {
 }

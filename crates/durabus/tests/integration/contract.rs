@@ -172,6 +172,8 @@ macro_rules! all_contract_tests {
             pauses::bad_pauses_and_resumes_are_refused_and_nothing_changes,
             shared_breakers::every_process_reports_its_breakers,
             shared_breakers::a_shared_breaker_opens_everywhere_and_probes_once,
+            rate_limits::a_rate_limit_spreads_a_burst_over_slots_across_processes,
+            rate_limits::bad_rate_limits_are_refused_and_nothing_changes,
         );
     };
 }

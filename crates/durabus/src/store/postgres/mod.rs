@@ -33,6 +33,7 @@ mod payloads;
 mod periodic;
 mod pool;
 mod queries;
+mod rates;
 mod record;
 mod rows;
 mod schema;

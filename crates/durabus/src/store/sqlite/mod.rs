@@ -20,6 +20,7 @@ mod pauses;
 mod payloads;
 mod periodic;
 mod queries;
+mod rates;
 mod row_writes;
 mod rows;
 mod schema;

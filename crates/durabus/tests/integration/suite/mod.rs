@@ -16,6 +16,7 @@ pub mod pauses;
 pub mod payloads;
 pub mod periodic;
 pub mod publish;
+pub mod rate_limits;
 pub mod replay;
 pub mod retry;
 pub mod schedule;
