@@ -330,6 +330,25 @@ test('a subscription is paused with a reason and resumed; a reader sees the paus
   await t.close();
 });
 
+test('a rate limit is set for a subscription and removed', async () => {
+  const t = await open(DASH_ADMIN);
+  await t.page.goto(`${DASH_URL}/#/pauses`);
+  await t.page.waitForSelector('#limit-subscription');
+  await t.page.fill('#limit-subscription', 'shipping');
+  await t.page.fill('#limit-per', '50');
+  await t.page.fill('#limit-interval', '1000');
+  await t.page.click('button:text-is("Set limit")');
+  await t.page.waitForSelector('tr[data-limit="shipping"]');
+  assert.match(await t.page.textContent('tr[data-limit="shipping"]'), /50.*1,000 ms.*ops/s);
+  assert.deepEqual((await get('/api/v2/rate-limits')).map((l) => [l.subscription, l.per]), [['shipping', 50]]);
+  await shot(t.page, 'rate-limits');
+  await t.page.click('tr[data-limit="shipping"] button:text-is("Remove")');
+  await t.page.waitForFunction(() => !document.querySelector('tr[data-limit]'));
+  assert.deepEqual(await get('/api/v2/rate-limits'), []);
+  assert.deepEqual(t.problems, []);
+  await t.close();
+});
+
 test('an ordering key lists its events, the later ones waiting for the first', async () => {
   const t = await open(DASH_ADMIN);
   await t.page.goto(`${DASH_URL}/#/events?ordering_key=parcel-42`);

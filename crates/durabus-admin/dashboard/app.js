@@ -846,9 +846,9 @@ function scopeText(scope) {
 
 async function pauses(quiet) {
   const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
-  const data = await attempt(() => Promise.all([get(`/api/v2/pauses?ended_since=${encodeURIComponent(since)}&limit=50`), get('/api/v2/subscriptions')]));
+  const data = await attempt(() => Promise.all([get(`/api/v2/pauses?ended_since=${encodeURIComponent(since)}&limit=50`), get('/api/v2/subscriptions'), get('/api/v2/rate-limits')]));
   if (!data) return;
-  const [list, subs] = data;
+  const [list, subs, limits] = data;
   const active = list.filter((p) => !p.ended);
   const ended = list.filter((p) => p.ended);
   const resume = (p) => async () => {
@@ -893,13 +893,40 @@ async function pauses(quiet) {
         if (r) { banner(`Pause ${r.id}: ${scopeText(r.scope)} paused.`, 'info'); pauses(true); }
       } })));
   }
+  const limitRows = limits.map((l) => el('tr', { 'data-limit': l.subscription },
+    el('td', {}, l.subscription), el('td', { class: 'num' }, num(l.per)), el('td', { class: 'num' }, `${num(l.interval_ms)} ms`),
+    el('td', {}, l.set_by.name), el('td', { class: 'time' }, when(l.set_at)),
+    el('td', {}, isAdmin() ? el('button', { class: 'danger', text: 'Remove', onclick: async () => {
+      const r = await attempt(() => del(`/api/v2/rate-limits/${encodeURIComponent(l.subscription)}`));
+      if (r) { banner(`${r.subscription}: no rate limit.`, 'info'); pauses(true); }
+    } }) : '')));
+  let limitForm = null;
+  if (isAdmin()) {
+    const sub = el('input', { id: 'limit-subscription', list: 'pause-names', placeholder: 'subscription' });
+    const per = el('input', { id: 'limit-per', type: 'number', min: '1', step: '1', placeholder: 'runs' });
+    const interval = el('input', { id: 'limit-interval', type: 'number', min: '1', step: '1', value: '1000', placeholder: 'per ms' });
+    limitForm = el('div', { class: 'panel pause-form limit-form' },
+      el('h2', { text: 'Set a rate limit' }),
+      el('p', { class: 'muted', text: 'At most this many handler runs per interval for the subscription, across every worker process; events past it wait for their slot (not failed).' }),
+      sub, per, interval,
+      el('div', { class: 'actions' }, el('button', { text: 'Set limit', onclick: async () => {
+        const n = parseInt(per.value, 10);
+        const ms = parseInt(interval.value, 10);
+        if (!sub.value.trim() || !(n >= 1) || !(ms >= 1)) { banner('Name the subscription, and give runs and an interval of at least 1.'); return; }
+        const r = await attempt(() => api('PUT', `/api/v2/rate-limits/${encodeURIComponent(sub.value.trim())}`, { per: n, interval_ms: ms }));
+        if (r) { banner(`${r.subscription}: at most ${r.per} runs per ${r.interval_ms} ms.`, 'info'); pauses(true); }
+      } })));
+  }
   fill(view(),
     el('h1', { text: 'Pauses' }),
     table(['Id', 'Pauses', 'Parked events', 'Since', 'Until', 'By', 'Reason', ''], activeRows, 'Nothing is paused.'),
     form,
     el('h2', { text: 'Ended in the last day' }),
-    table(['Id', 'Paused', 'Since', 'Ended', 'How', 'By', 'Reason'], endedRows, 'No pause ended in the last day.'));
-  if (!quiet) refreshing(pauses, () => document.activeElement && document.activeElement.closest && document.activeElement.closest('.pause-form'));
+    table(['Id', 'Paused', 'Since', 'Ended', 'How', 'By', 'Reason'], endedRows, 'No pause ended in the last day.'),
+    el('h1', { text: 'Rate limits' }),
+    table(['Subscription', 'Runs', 'Per', 'Set by', 'Set at', ''], limitRows, 'No rate limits.'),
+    limitForm);
+  if (!quiet) refreshing(pauses, () => document.activeElement && document.activeElement.closest && document.activeElement.closest('.pause-form, .limit-form'));
 }
 
 // ---- start ------------------------------------------------------------------------------

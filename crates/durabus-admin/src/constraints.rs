@@ -143,6 +143,18 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
         ("/api/v2/periodic/{name}", "delete", "name", periodic_name()),
         ("/api/v2/pauses", "get", "limit", limit()),
         (
+            "/api/v2/rate-limits/{subscription}",
+            "put",
+            "subscription",
+            json!({"type": "string", "minLength": 1, "pattern": NO_NUL}),
+        ),
+        (
+            "/api/v2/rate-limits/{subscription}",
+            "delete",
+            "subscription",
+            json!({"type": "string", "minLength": 1, "pattern": NO_NUL}),
+        ),
+        (
             "/api/v2/events",
             "get",
             "ordering_key",
@@ -175,6 +187,16 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
             json!({"type": ["integer", "null"], "minimum": 1, "maximum": durabus::pause::MAX_PAUSE_SECONDS}),
         ),
         ("ResumeBody", "reason", optional_text(PAUSE_REASON_MAX)),
+        (
+            "LimitBody",
+            "per",
+            json!({"type": "integer", "minimum": 1, "maximum": durabus::rate::MAX_PER}),
+        ),
+        (
+            "LimitBody",
+            "interval_ms",
+            json!({"type": "integer", "minimum": 1, "maximum": durabus::rate::MAX_INTERVAL.as_millis() as u64}),
+        ),
         ("DeleteBody", "reason", required_text(MAX_REASON)),
         ("BulkBody", "note", optional_text(MAX_NOTE)),
         ("FilterBody", "event_type", nullable(glob())),

@@ -8,6 +8,7 @@ mod operations;
 mod pauses;
 mod payloads;
 mod periodic;
+mod rate_limits;
 mod replay;
 mod system;
 
@@ -55,6 +56,8 @@ pub(crate) fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(periodic::remove))
         .routes(routes!(pauses::list, pauses::pause))
         .routes(routes!(pauses::resume))
+        .routes(routes!(rate_limits::list))
+        .routes(routes!(rate_limits::set, rate_limits::remove))
         .routes(routes!(system::subscriptions))
         .routes(routes!(system::stats))
         .routes(routes!(system::overview))

@@ -11,6 +11,7 @@ pub mod operations;
 pub mod pauses;
 pub mod payloads;
 pub mod periodic;
+pub mod rate_limits;
 pub mod replay;
 pub mod serve;
 pub mod stats;

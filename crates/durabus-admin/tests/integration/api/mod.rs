@@ -34,6 +34,7 @@ both!(
     jobs_subscriptions_stats_metrics_and_health,
     periodic_events_are_listed_paused_resumed_and_removed,
     pauses_are_started_listed_and_resumed,
+    rate_limits_are_set_listed_and_removed,
     a_closed_store_answers_503_without_its_cause,
     every_refused_value_names_its_field_problem_and_accepted_range,
 );
@@ -45,6 +46,7 @@ fn concrete(path: &str) -> String {
         .replace("{stage}", "published")
         .replace("{event_type}", "order.created")
         .replace("{name}", "cleanup-history")
+        .replace("{subscription}", "payments")
 }
 
 /// Every (method, path) of the OpenAPI document.

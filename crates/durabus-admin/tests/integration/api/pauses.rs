@@ -1,4 +1,4 @@
-//! Pauses: listed by a reader, started and resumed by an admin (recorded with the token's
+//! Pauses and rate limits: listed by a reader, started and resumed by an admin (recorded with the token's
 //! name), what they park, and what is refused.
 
 use super::*;
@@ -122,4 +122,92 @@ pub(super) async fn pauses_are_started_listed_and_resumed(api: &Api) {
         .await;
     assert_eq!(s, StatusCode::OK, "{bus}");
     assert_eq!(bus["scope"], json!({"kind": "bus"}));
+}
+
+pub(super) async fn rate_limits_are_set_listed_and_removed(api: &Api) {
+    let (s, empty) = api
+        .call(Method::GET, "/api/v2/rate-limits", Some(READ), None)
+        .await;
+    assert_eq!((s, empty), (StatusCode::OK, json!([])));
+    let body = json!({"per": 100, "interval_ms": 1000});
+    let (s, _) = api
+        .call(
+            Method::PUT,
+            "/api/v2/rate-limits/payments",
+            Some(READ),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "a reader cannot set one");
+    let (s, set) = api
+        .call(
+            Method::PUT,
+            "/api/v2/rate-limits/payments",
+            Some(ADMIN),
+            Some(body),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{set}");
+    assert_eq!(
+        (set["per"].as_u64(), set["interval_ms"].as_u64()),
+        (Some(100), Some(1000))
+    );
+    assert_eq!(set["set_by"], json!({"name": "ops", "kind": "api"}));
+    assert_eq!(
+        api.get("/api/v2/rate-limits").await.1[0]["subscription"],
+        "payments"
+    );
+    for bad in [
+        json!({"per": 0, "interval_ms": 1000}),
+        json!({"per": 1, "interval_ms": 0}),
+        json!({"per": 1, "interval_ms": 86_400_001}),
+        json!({"per": 2_000_000, "interval_ms": 1000}),
+    ] {
+        let got = api
+            .call(
+                Method::PUT,
+                "/api/v2/rate-limits/payments",
+                Some(ADMIN),
+                Some(bad.clone()),
+            )
+            .await;
+        assert_eq!(got.0, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {}", got.1);
+    }
+    assert_error(
+        &api.call(
+            Method::PUT,
+            "/api/v2/rate-limits/nobody",
+            Some(ADMIN),
+            Some(json!({"per": 1, "interval_ms": 1000})),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_eq!(
+        api.get("/api/v2/rate-limits").await.1[0]["per"],
+        100,
+        "unchanged"
+    );
+    let (s, gone) = api
+        .call(
+            Method::DELETE,
+            "/api/v2/rate-limits/payments",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{gone}");
+    assert_error(
+        &api.call(
+            Method::DELETE,
+            "/api/v2/rate-limits/payments",
+            Some(ADMIN),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_eq!(api.get("/api/v2/rate-limits").await.1, json!([]));
 }

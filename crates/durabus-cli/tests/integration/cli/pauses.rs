@@ -286,3 +286,141 @@ fn every_worker_process_observes_a_pause_within_a_second_on_postgres() {
     drop(workers);
     rt.block_on(crate::workers::drop_schema(&pool, &schema));
 }
+
+#[test]
+fn rate_limits_are_set_listed_and_removed_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let db = ["--db", "r.db"];
+    let first = run(
+        dir,
+        &db,
+        &["worker", "--handler", "api.*=true", "--exit-when-idle"],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    let set = json(&run(
+        dir,
+        &db,
+        &[
+            "--json",
+            "rate-limit",
+            "set",
+            "api.*",
+            "--per",
+            "100",
+            "--interval",
+            "1s",
+        ],
+    ));
+    assert_eq!(
+        (set["per"].as_u64(), set["interval_ms"].as_u64()),
+        (Some(100), Some(1000))
+    );
+    let listed = stdout(&run(dir, &db, &["rate-limit", "list"]));
+    assert!(
+        listed.contains("api.*") && listed.contains("100"),
+        "{listed}"
+    );
+    one_line_failure(
+        &run(dir, &db, &["rate-limit", "set", "api.*", "--per", "0"]),
+        "per",
+    );
+    one_line_failure(
+        &run(dir, &db, &["rate-limit", "set", "nobody", "--per", "1"]),
+        "not found",
+    );
+    let removed = run(dir, &db, &["rate-limit", "remove", "api.*"]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    one_line_failure(
+        &run(dir, &db, &["rate-limit", "remove", "api.*"]),
+        "not found",
+    );
+    assert_eq!(
+        json(&run(dir, &db, &["--json", "rate-limit", "list"])),
+        serde_json::json!([])
+    );
+}
+
+#[test]
+fn three_worker_processes_hold_a_rate_limit_on_postgres() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let Some(pool) = rt.block_on(crate::workers::admin()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let schema = crate::workers::schema();
+    let url = crate::workers::pg_url();
+    let db = ["--db", url.as_str(), "--schema", schema.as_str()];
+    let first = run(
+        dir,
+        &db,
+        &["worker", "--handler", "tick=true", "--exit-when-idle"],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    let set = run(
+        dir,
+        &db,
+        &[
+            "rate-limit",
+            "set",
+            "tick",
+            "--per",
+            "20",
+            "--interval",
+            "1s",
+        ],
+    );
+    assert!(set.status.success(), "{}", stderr(&set));
+    // A backlog well past what the limit lets through in the measured seconds.
+    for _ in 0..160 {
+        let o = run(dir, &db, &["events", "publish", "tick", "{}"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let workers: Vec<Worker> = (0..3)
+        .map(|_| {
+            Worker(
+                Command::new(env!("CARGO_BIN_EXE_durabus"))
+                    .current_dir(dir)
+                    .args(db)
+                    .args([
+                        "worker",
+                        "--handler",
+                        r#"tick=echo "$(($(date +%s%N) / 1000000)) $PPID" >> ran.txt"#,
+                    ])
+                    .env_remove("RUST_LOG")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    // The first burst (20 at once), then 20 per second: 4 seconds after the burst hold 80.
+    eventually("the first runs", || !starts(dir).is_empty());
+    let first_ms = starts(dir).iter().map(|(ms, _)| *ms).min().unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(5600) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let runs = starts(dir);
+    let window: Vec<&(u128, String)> = runs
+        .iter()
+        .filter(|(ms, _)| *ms >= first_ms + 1000 && *ms < first_ms + 5000)
+        .collect();
+    let pids: std::collections::HashSet<&String> = runs.iter().map(|(_, p)| p).collect();
+    eprintln!(
+        "rate limit 20/s over 4 s: {} runs by {} processes",
+        window.len(),
+        pids.len()
+    );
+    assert!(
+        (72..=88).contains(&window.len()),
+        "{} runs in 4 s at 20/s (80 ± 10 %); {} in all, by {} processes",
+        window.len(),
+        runs.len(),
+        pids.len()
+    );
+    drop(workers);
+    rt.block_on(crate::workers::drop_schema(&pool, &schema));
+}
