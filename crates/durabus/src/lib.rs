@@ -91,6 +91,7 @@ pub mod breaker;
 mod bus;
 pub mod cancel;
 pub mod clock;
+pub mod concurrency;
 pub mod config;
 mod dispatch;
 pub mod dlq;
@@ -131,6 +132,7 @@ pub use actor::{Actor, ActorKind};
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use concurrency::{ConcurrencyLimit, ConcurrencyLimits};
 pub use config::{Backoff, BusConfig, MetricsConfig};
 pub use dlq::{
     Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,
@@ -171,10 +173,10 @@ pub use store::postgres::{PgOptions, PgOutbox, PgStore};
 #[cfg(feature = "sqlite")]
 pub use store::sqlite::{Durability, SqliteOptions, SqliteStore};
 pub use store::{
-    ActBatch, ActReport, Backend, BreakerStore, ChunkWrite, DeadLetterStore, EventQuery,
-    EventStore, InsertMode, JobRow, JobStart, JobStore, OperationStore, Outcome, PauseStore,
-    PeriodicStore, QueryStore, RateStore, RetryCount, StatusCount, Store, StoreLifecycle, Stored,
-    SubscriptionRow, SubscriptionStore,
+    ActBatch, ActReport, Backend, BreakerStore, ChunkWrite, ConcurrencyStore, DeadLetterStore,
+    EventQuery, EventStore, InsertMode, JobRow, JobStart, JobStore, OperationStore, Outcome,
+    PauseStore, PeriodicStore, QueryStore, RateStore, RetryCount, StatusCount, Store,
+    StoreLifecycle, Stored, SubscriptionRow, SubscriptionStore,
 };
 pub use telemetry::{MetricsSnapshot, TypeMetrics};
 #[cfg(feature = "opentelemetry")]

@@ -77,6 +77,16 @@ impl EventBus {
         crate::rate::RateLimits::with_clock(self.store().clone(), self.clock().clone())
     }
 
+    /// The concurrency limits on this bus's store: set, remove, list (see
+    /// [`crate::concurrency`]). A limit set here holds in this bus at its next refresh, and in
+    /// every other process within theirs.
+    pub fn concurrency_limits(&self) -> crate::concurrency::ConcurrencyLimits {
+        crate::concurrency::ConcurrencyLimits::with_clock(
+            self.store().clone(),
+            self.clock().clone(),
+        )
+    }
+
     /// Reads the active pauses and the rate-limited subscriptions into this process's view
     /// now (a failure is logged; the next refresh tries again).
     pub(super) async fn refresh_pauses(&self) {

@@ -15,6 +15,7 @@ pub(crate) mod paused;
 pub(crate) mod registry;
 mod run;
 mod shared_breakers;
+pub(crate) mod slots;
 pub(crate) mod worker;
 
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub(crate) struct Dispatcher {
     paused: Arc<paused::Paused>,
     /// The rate-limited subscriptions, as this process last read them.
     limited: limits::Limited,
+    /// The concurrency-limited subscriptions and the per-process semaphores.
+    slots: slots::Slots,
 }
 
 impl Dispatcher {
@@ -91,6 +94,7 @@ impl Dispatcher {
             published,
             paused: Arc::new(paused::Paused::default()),
             limited: limits::Limited::default(),
+            slots: slots::Slots::default(),
         }
     }
 
@@ -104,7 +108,7 @@ impl Dispatcher {
             .map(|l| l.subscription)
             .collect();
         self.limited.replace(keys);
-        Ok(())
+        self.refresh_slots().await
     }
 
     /// The pauses in force, as this process last read them.

@@ -61,12 +61,24 @@ impl Dispatcher {
                 deferred_until = Some(deferred_until.map_or(*retry_at, |t| t.min(*retry_at)));
                 continue;
             }
+            let held = match self.take_slot(event, sub, self.clock.now()).await {
+                Ok(held) => held,
+                Err(until) => {
+                    // Every slot of its concurrency limit is taken: the event waits in line.
+                    if *admission == Admission::Probe {
+                        self.breakers.release_probe(&sub.info.id);
+                    }
+                    deferred_until = Some(deferred_until.map_or(until, |t| t.min(until)));
+                    continue;
+                }
+            };
             let started = std::time::Instant::now();
             let span = spans::process("deliver", event, sub.info.label());
             let result =
                 crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
                     .instrument(span.clone())
                     .await;
+            self.give_back(event, sub, held).await;
             let outcome = RunResult::of(&result);
             spans::ended(&span, outcome);
             self.telemetry

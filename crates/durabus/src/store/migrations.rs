@@ -48,6 +48,12 @@ pub(crate) const SQLITE: &[Migration] = &[
     migration!(12, "sqlite", "0012_pauses.sql", "pauses"),
     migration!(13, "sqlite", "0013_breakers.sql", "breakers"),
     migration!(14, "sqlite", "0014_rate_limits.sql", "rate_limits"),
+    migration!(
+        15,
+        "sqlite",
+        "0015_concurrency_limits.sql",
+        "concurrency_limits"
+    ),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -71,6 +77,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
     migration!(11, "postgres", "0011_pauses.sql", "pauses"),
     migration!(12, "postgres", "0012_breakers.sql", "breakers"),
     migration!(13, "postgres", "0013_rate_limits.sql", "rate_limits"),
+    migration!(
+        14,
+        "postgres",
+        "0014_concurrency_limits.sql",
+        "concurrency_limits"
+    ),
 ];
 
 /// The newest version in `migrations`.

@@ -14,6 +14,7 @@
 //! | [`CancelStore`] | cancels of events (all subscriptions or one) and their records |
 //! | [`PeriodicStore`] | periodic-event definitions and where each is in its schedule |
 //! | [`PauseStore`] | pauses on record; ending one makes the events it parked due |
+//! | [`ConcurrencyStore`] | concurrency limits per subscription, their slots and waiting line |
 //! | [`RateStore`] | rate limits per subscription and the slots they hand out |
 //! | [`BreakerStore`] | breakers reported by every process; shared breakers' rows and their probe |
 //! | [`StoreLifecycle`] | wake-ups, background work of the store itself, close |
@@ -39,6 +40,7 @@ use crate::replay::ReplaySelection;
 
 mod breaker_store;
 mod cancel_store;
+mod concurrency_store;
 pub(crate) mod migrations;
 mod pause_store;
 mod payload_store;
@@ -53,6 +55,7 @@ mod types;
 
 pub use breaker_store::BreakerStore;
 pub use cancel_store::CancelStore;
+pub use concurrency_store::ConcurrencyStore;
 pub use pause_store::PauseStore;
 pub use payload_store::PayloadStore;
 pub use periodic_store::PeriodicStore;
@@ -458,6 +461,7 @@ pub trait Store:
     + PauseStore
     + BreakerStore
     + RateStore
+    + ConcurrencyStore
     + StoreLifecycle
 {
 }
@@ -475,6 +479,7 @@ impl<T> Store for T where
         + PauseStore
         + BreakerStore
         + RateStore
+        + ConcurrencyStore
         + StoreLifecycle
 {
 }

@@ -174,6 +174,10 @@ macro_rules! all_contract_tests {
             shared_breakers::a_shared_breaker_opens_everywhere_and_probes_once,
             rate_limits::a_rate_limit_spreads_a_burst_over_slots_across_processes,
             rate_limits::bad_rate_limits_are_refused_and_nothing_changes,
+            concurrency::a_concurrency_limit_holds_across_processes_and_the_line_moves,
+            concurrency::a_per_process_limit_holds_in_each_process,
+            concurrency::slots_of_a_process_that_died_come_back_with_their_lease,
+            concurrency::bad_concurrency_limits_are_refused_and_nothing_changes,
         );
     };
 }

@@ -37,6 +37,7 @@ mod rates;
 mod record;
 mod rows;
 mod schema;
+mod slots;
 mod sql;
 mod sql_ops;
 mod subscriptions;

@@ -24,6 +24,7 @@ mod rates;
 mod row_writes;
 mod rows;
 mod schema;
+mod slots;
 mod sql;
 mod subscriptions;
 mod walk;

@@ -4,6 +4,7 @@
 pub mod breaker;
 pub mod cancel;
 pub mod claims;
+pub mod concurrency;
 pub mod dead_letters;
 pub mod dedup;
 pub mod dlq;
