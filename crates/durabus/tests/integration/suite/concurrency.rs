@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use durabus::concurrency::WAIT_MARK;
 use durabus::{
-    Actor, ActorKind, Clock, ConcurrencyStore, ErrorKind, Event, EventBus, EventId, EventStatus,
-    SubscribeOptions,
+    Actor, ActorKind, Clock, ErrorKind, Event, EventBus, EventId, EventStatus, SubscribeOptions,
 };
 use tokio::sync::Semaphore;
 
