@@ -330,7 +330,7 @@ test('a subscription is paused with a reason and resumed; a reader sees the paus
   await t.close();
 });
 
-test('a rate limit is set for a subscription and removed', async () => {
+test('a rate limit and a concurrency limit are set for a subscription and removed', async () => {
   const t = await open(DASH_ADMIN);
   await t.page.goto(`${DASH_URL}/#/pauses`);
   await t.page.waitForSelector('#limit-subscription');
@@ -342,6 +342,15 @@ test('a rate limit is set for a subscription and removed', async () => {
   assert.match(await t.page.textContent('tr[data-limit="shipping"]'), /50.*1,000 ms.*ops/s);
   assert.deepEqual((await get('/api/v2/rate-limits')).map((l) => [l.subscription, l.per]), [['shipping', 50]]);
   await shot(t.page, 'rate-limits');
+  await t.page.fill('#concurrency-subscription', 'shipping');
+  await t.page.fill('#concurrency-max', '8');
+  await t.page.fill('#concurrency-per-process', '2');
+  await t.page.click('button:text-is("Set concurrency")');
+  await t.page.waitForSelector('tr[data-concurrency="shipping"]');
+  assert.match(await t.page.textContent('tr[data-concurrency="shipping"]'), /8.*2.*0.*0.*ops/s);
+  assert.deepEqual((await get('/api/v2/concurrency-limits')).map((l) => [l.subscription, l.max_in_flight, l.per_process]), [['shipping', 8, 2]]);
+  await t.page.click('tr[data-concurrency="shipping"] button:text-is("Remove")');
+  await t.page.waitForFunction(() => !document.querySelector('tr[data-concurrency]'));
   await t.page.click('tr[data-limit="shipping"] button:text-is("Remove")');
   await t.page.waitForFunction(() => !document.querySelector('tr[data-limit]'));
   assert.deepEqual(await get('/api/v2/rate-limits'), []);

@@ -846,9 +846,9 @@ function scopeText(scope) {
 
 async function pauses(quiet) {
   const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
-  const data = await attempt(() => Promise.all([get(`/api/v2/pauses?ended_since=${encodeURIComponent(since)}&limit=50`), get('/api/v2/subscriptions'), get('/api/v2/rate-limits')]));
+  const data = await attempt(() => Promise.all([get(`/api/v2/pauses?ended_since=${encodeURIComponent(since)}&limit=50`), get('/api/v2/subscriptions'), get('/api/v2/rate-limits'), get('/api/v2/concurrency-limits')]));
   if (!data) return;
-  const [list, subs, limits] = data;
+  const [list, subs, limits, concurrency] = data;
   const active = list.filter((p) => !p.ended);
   const ended = list.filter((p) => p.ended);
   const resume = (p) => async () => {
@@ -917,6 +917,33 @@ async function pauses(quiet) {
         if (r) { banner(`${r.subscription}: at most ${r.per} runs per ${r.interval_ms} ms.`, 'info'); pauses(true); }
       } })));
   }
+  const concurrencyRows = concurrency.map((l) => el('tr', { 'data-concurrency': l.subscription },
+    el('td', {}, l.subscription), el('td', { class: 'num' }, num(l.max_in_flight)),
+    el('td', { class: 'num' }, l.per_process ? num(l.per_process) : '—'),
+    el('td', { class: 'num' }, num(l.in_flight)), el('td', { class: 'num' }, num(l.waiting)),
+    el('td', {}, l.set_by.name), el('td', { class: 'time' }, when(l.set_at)),
+    el('td', {}, isAdmin() ? el('button', { class: 'danger', text: 'Remove', onclick: async () => {
+      const r = await attempt(() => del(`/api/v2/concurrency-limits/${encodeURIComponent(l.subscription)}`));
+      if (r) { banner(`${r.subscription}: no concurrency limit; the events in line are due now.`, 'info'); pauses(true); }
+    } }) : '')));
+  let concurrencyForm = null;
+  if (isAdmin()) {
+    const sub = el('input', { id: 'concurrency-subscription', list: 'pause-names', placeholder: 'subscription' });
+    const max = el('input', { id: 'concurrency-max', type: 'number', min: '1', step: '1', placeholder: 'at once, all processes' });
+    const per = el('input', { id: 'concurrency-per-process', type: 'number', min: '1', step: '1', placeholder: 'in each process (optional)' });
+    concurrencyForm = el('div', { class: 'panel pause-form limit-form' },
+      el('h2', { text: 'Set a concurrency limit' }),
+      el('p', { class: 'muted', text: 'At most this many handler runs of the subscription at once across every worker process (and, if given, in each); events past it wait in line, parked, and run as slots free up.' }),
+      sub, max, per,
+      el('div', { class: 'actions' }, el('button', { text: 'Set concurrency', onclick: async () => {
+        const n = parseInt(max.value, 10);
+        if (!sub.value.trim() || !(n >= 1)) { banner('Name the subscription, and give at least 1 run at once.'); return; }
+        const body = { max_in_flight: n };
+        if (per.value.trim()) body.per_process = parseInt(per.value, 10);
+        const r = await attempt(() => api('PUT', `/api/v2/concurrency-limits/${encodeURIComponent(sub.value.trim())}`, body));
+        if (r) { banner(`${r.subscription}: at most ${r.max_in_flight} runs at once.`, 'info'); pauses(true); }
+      } })));
+  }
   fill(view(),
     el('h1', { text: 'Pauses' }),
     table(['Id', 'Pauses', 'Parked events', 'Since', 'Until', 'By', 'Reason', ''], activeRows, 'Nothing is paused.'),
@@ -925,7 +952,10 @@ async function pauses(quiet) {
     table(['Id', 'Paused', 'Since', 'Ended', 'How', 'By', 'Reason'], endedRows, 'No pause ended in the last day.'),
     el('h1', { text: 'Rate limits' }),
     table(['Subscription', 'Runs', 'Per', 'Set by', 'Set at', ''], limitRows, 'No rate limits.'),
-    limitForm);
+    limitForm,
+    el('h1', { text: 'Concurrency limits' }),
+    table(['Subscription', 'At once', 'Per process', 'In flight', 'Waiting', 'Set by', 'Set at', ''], concurrencyRows, 'No concurrency limits.'),
+    concurrencyForm);
   if (!quiet) refreshing(pauses, () => document.activeElement && document.activeElement.closest && document.activeElement.closest('.pause-form, .limit-form'));
 }
 

@@ -143,6 +143,18 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
         ("/api/v2/periodic/{name}", "delete", "name", periodic_name()),
         ("/api/v2/pauses", "get", "limit", limit()),
         (
+            "/api/v2/concurrency-limits/{subscription}",
+            "put",
+            "subscription",
+            json!({"type": "string", "minLength": 1, "pattern": NO_NUL}),
+        ),
+        (
+            "/api/v2/concurrency-limits/{subscription}",
+            "delete",
+            "subscription",
+            json!({"type": "string", "minLength": 1, "pattern": NO_NUL}),
+        ),
+        (
             "/api/v2/rate-limits/{subscription}",
             "put",
             "subscription",
@@ -187,6 +199,16 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
             json!({"type": ["integer", "null"], "minimum": 1, "maximum": durabus::pause::MAX_PAUSE_SECONDS}),
         ),
         ("ResumeBody", "reason", optional_text(PAUSE_REASON_MAX)),
+        (
+            "ConcurrencyBody",
+            "max_in_flight",
+            json!({"type": "integer", "minimum": 1, "maximum": durabus::concurrency::MAX_IN_FLIGHT}),
+        ),
+        (
+            "ConcurrencyBody",
+            "per_process",
+            json!({"type": ["integer", "null"], "minimum": 1, "maximum": durabus::concurrency::MAX_IN_FLIGHT}),
+        ),
         (
             "LimitBody",
             "per",

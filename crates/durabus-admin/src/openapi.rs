@@ -22,6 +22,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
         (name = "operations", description = "Durable operations: bulk actions and replays"),
         (name = "jobs", description = "Maintenance jobs"),
         (name = "periodic", description = "Periodic events: published on a cron expression"),
+        (name = "concurrency-limits", description = "Concurrency limits per subscription, across every worker process"),
         (name = "rate-limits", description = "Rate limits per subscription, across every worker process"),
         (name = "pauses", description = "Pauses of subscriptions, name patterns or the whole bus, across every worker process"),
         (name = "system", description = "Subscriptions, statistics, metrics, this document"),

@@ -119,6 +119,9 @@ enum Command {
     /// The active pauses with the events each holds parked (--ended-within 24h: also the
     /// ones that ended).
     Pauses(cmd::pauses::ListArgs),
+    /// Concurrency limits per subscription across every worker process: list, set, remove.
+    #[command(subcommand, name = "concurrency-limit")]
+    ConcurrencyLimit(cmd::concurrency_limits::ConcurrencyLimitCommand),
     /// Rate limits per subscription across every worker process: list, set, remove.
     #[command(subcommand, name = "rate-limit")]
     RateLimit(cmd::rate_limits::RateLimitCommand),
@@ -213,6 +216,7 @@ fn main() -> ExitCode {
             Command::Pause(args) => cmd::pauses::pause(&db, &ctx, args).await,
             Command::Resume(args) => cmd::pauses::resume(&db, &ctx, args).await,
             Command::Pauses(args) => cmd::pauses::list(&db, &ctx, args).await,
+            Command::ConcurrencyLimit(c) => cmd::concurrency_limits::run(&db, &ctx, c).await,
             Command::RateLimit(c) => cmd::rate_limits::run(&db, &ctx, c).await,
             Command::Payloads(c) => cmd::payloads::run(&db, &ctx, c).await,
             Command::PayloadConfig(c) => cmd::payloads::run_config(&db, &ctx, c).await,

@@ -2,6 +2,7 @@
 //! (`#[utoipa::path]`) and is registered with `routes!`, so the router and the document are
 //! made from the same list: a route cannot exist without being documented.
 
+mod concurrency_limits;
 mod dead_letters;
 mod events;
 mod operations;
@@ -56,6 +57,8 @@ pub(crate) fn protected() -> OpenApiRouter<AdminState> {
         .routes(routes!(periodic::remove))
         .routes(routes!(pauses::list, pauses::pause))
         .routes(routes!(pauses::resume))
+        .routes(routes!(concurrency_limits::list))
+        .routes(routes!(concurrency_limits::set, concurrency_limits::remove))
         .routes(routes!(rate_limits::list))
         .routes(routes!(rate_limits::set, rate_limits::remove))
         .routes(routes!(system::subscriptions))

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod bench_worker;
+pub mod concurrency_limits;
 pub mod demo;
 pub mod dlq;
 pub mod events;

@@ -35,6 +35,7 @@ both!(
     periodic_events_are_listed_paused_resumed_and_removed,
     pauses_are_started_listed_and_resumed,
     rate_limits_are_set_listed_and_removed,
+    concurrency_limits_are_set_listed_and_removed,
     a_closed_store_answers_503_without_its_cause,
     every_refused_value_names_its_field_problem_and_accepted_range,
 );

@@ -211,3 +211,89 @@ pub(super) async fn rate_limits_are_set_listed_and_removed(api: &Api) {
     );
     assert_eq!(api.get("/api/v2/rate-limits").await.1, json!([]));
 }
+
+pub(super) async fn concurrency_limits_are_set_listed_and_removed(api: &Api) {
+    let (s, empty) = api
+        .call(Method::GET, "/api/v2/concurrency-limits", Some(READ), None)
+        .await;
+    assert_eq!((s, empty), (StatusCode::OK, json!([])));
+    let body = json!({"max_in_flight": 5, "per_process": 2});
+    let (s, _) = api
+        .call(
+            Method::PUT,
+            "/api/v2/concurrency-limits/payments",
+            Some(READ),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "a reader cannot set one");
+    let (s, set) = api
+        .call(
+            Method::PUT,
+            "/api/v2/concurrency-limits/payments",
+            Some(ADMIN),
+            Some(body),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{set}");
+    assert_eq!(
+        (set["max_in_flight"].as_u64(), set["per_process"].as_u64()),
+        (Some(5), Some(2))
+    );
+    assert_eq!(
+        (set["in_flight"].as_u64(), set["waiting"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(set["set_by"]["name"], "ops");
+    for bad in [
+        json!({"max_in_flight": 0}),
+        json!({"max_in_flight": 100_001}),
+        json!({"max_in_flight": 2, "per_process": 0}),
+    ] {
+        let got = api
+            .call(
+                Method::PUT,
+                "/api/v2/concurrency-limits/payments",
+                Some(ADMIN),
+                Some(bad.clone()),
+            )
+            .await;
+        assert_eq!(got.0, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {}", got.1);
+    }
+    assert_error(
+        &api.call(
+            Method::PUT,
+            "/api/v2/concurrency-limits/nobody",
+            Some(ADMIN),
+            Some(json!({"max_in_flight": 1})),
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+    assert_eq!(
+        api.get("/api/v2/concurrency-limits").await.1[0]["max_in_flight"],
+        5,
+        "unchanged"
+    );
+    let (s, _) = api
+        .call(
+            Method::DELETE,
+            "/api/v2/concurrency-limits/payments",
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_error(
+        &api.call(
+            Method::DELETE,
+            "/api/v2/concurrency-limits/payments",
+            Some(ADMIN),
+            None,
+        )
+        .await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+    );
+}
