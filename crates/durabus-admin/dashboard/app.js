@@ -687,7 +687,7 @@ async function eventDetail(id) {
       ['Type', e.type], ['Created', when(e.created_at)], ['Updated', when(e.updated_at)],
       ['Scheduled for', when(e.deliver_at)], ['Priority', e.priority || 0],
       ['Ordering key', e.ordering_key ? el('a', { href: `#/events?ordering_key=${encodeURIComponent(e.ordering_key)}`, text: e.ordering_key }) : '—'],
-      ['Retries', e.retry_count], ['Next attempt', parkedBy(e.next_attempt_at) !== null ? `parked by pause ${parkedBy(e.next_attempt_at)} (due when it ends)` : when(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
+      ['Retries', e.retry_count], ['Next attempt', nextAttempt(e.next_attempt_at)], ['Delivered to', (e.delivered || []).join(', ') || '—'],
       ['Times dead-lettered', e.dlq_count], ['Cancelled for', (e.cancelled || []).join(', ') || '—'], ['Metadata', pretty(e.metadata)],
     ].map(([k, v]) => [el('dt', { text: k }), el('dd', {}, String(v))])),
     cancelPanel,
@@ -837,6 +837,14 @@ const PARK_BASE = 100000000000000;
 function parkedBy(ts) {
   const t = ts ? new Date(ts).getTime() : NaN;
   return t >= PARK_BASE ? t - PARK_BASE : null;
+}
+
+/** An event's next attempt as an operator reads it: a time, a pause, or the line for a slot. */
+function nextAttempt(ts) {
+  const pause = parkedBy(ts);
+  if (pause !== null) return `parked by pause ${pause} (due when it ends)`;
+  if (ts && new Date(ts).getTime() === PARK_BASE - 1) return 'waiting in line for a concurrency slot';
+  return when(ts);
 }
 
 function scopeText(scope) {
