@@ -53,11 +53,24 @@ pub fn events_table(events: &[Event], empty: &str) {
             e.ordering_key.clone().unwrap_or_else(|| "-".into()),
             e.retry_count.to_string(),
             e.created_at.to_string(),
-            ts(e.next_attempt_at),
+            due(e.next_attempt_at),
             e.last_error().unwrap_or("-").to_owned(),
         ]);
     }
     t.print();
+}
+
+/// An event's due time as an operator reads it: a time, a pause that parked it, or the line
+/// for a concurrency slot.
+pub fn due(t: Option<durabus::Timestamp>) -> String {
+    match t {
+        Some(t) if t == durabus::concurrency::WAIT_MARK => "waiting for a concurrency slot".into(),
+        Some(t) => match durabus::pause::parked_by(t) {
+            Some(p) => format!("parked by pause {p}"),
+            None => t.to_string(),
+        },
+        None => "-".into(),
+    }
 }
 
 pub fn ts(t: Option<durabus::Timestamp>) -> String {
@@ -165,7 +178,7 @@ pub fn event(e: &Event) {
         outln!("ordering key   {k}");
     }
     if let Some(at) = e.next_attempt_at {
-        outln!("next attempt   {at}");
+        outln!("next attempt   {}", due(Some(at)));
     } else if e.ordering_key.is_some()
         && matches!(
             e.status,

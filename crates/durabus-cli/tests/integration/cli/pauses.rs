@@ -92,6 +92,8 @@ fn pause_resume_with_a_worker_running(dir: &Path, db: &[&str]) {
         json(&run(dir, db, &["--json", "pauses"]))[0]["parked"] == 1
     });
     assert!(!dir.join("sent.txt").exists(), "the paused handler ran");
+    let shown = stdout(&run(dir, db, &["events", "show", &event]));
+    assert!(shown.contains(&format!("parked by pause {id}")), "{shown}");
     let table = stdout(&run(dir, db, &["pauses"]));
     assert!(
         table.contains("mail.*") && table.contains("active"),
