@@ -188,6 +188,15 @@ pub struct Counter {
 impl Counter {
     /// Subscribes a no-op handler that counts.
     pub async fn subscribe(self: &Arc<Self>, bus: &EventBus) -> anyhow::Result<()> {
+        self.subscribe_with(bus, SubscribeOptions::default()).await
+    }
+
+    /// [`subscribe`](Self::subscribe) with `options` (a name, say).
+    pub async fn subscribe_with(
+        self: &Arc<Self>,
+        bus: &EventBus,
+        options: SubscribeOptions,
+    ) -> anyhow::Result<()> {
         let c = self.clone();
         bus.subscribe(
             "bench.*",
@@ -196,7 +205,7 @@ impl Counter {
                 c.wake.notify_one();
                 async { Ok(()) }
             },
-            SubscribeOptions::default(),
+            options,
         )
         .await?;
         Ok(())

@@ -3,6 +3,7 @@
 
 mod api;
 mod dlq;
+mod flow;
 mod harness;
 mod history;
 mod metrics;
@@ -64,7 +65,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1_000_000)]
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
-    /// replay, metrics, api, recovery, rss, history, otel, schedule, ordering; PostgreSQL:
+    /// replay, metrics, api, recovery, rss, history, otel, schedule, ordering, flow; PostgreSQL:
     /// limits, publish, e2e, latency, schedule, ordering, dlq (with the admin API figure),
     /// bulk); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
@@ -166,6 +167,9 @@ pub struct Report {
     /// End to end with and without ordering keys (the `ordering` group).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ordering: Option<ordering::Figures>,
+    /// End to end with and without a concurrency limit (the `flow` group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<flow::Figures>,
     pub events: u64,
     pub concurrency: usize,
     pub runs: usize,
@@ -411,6 +415,9 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     }
     if want("ordering") {
         r.ordering = Some(ordering::run(&b, scale(100_000, 10_000), 1000, runs).await?);
+    }
+    if want("flow") {
+        r.flow = Some(flow::run(&b, scale(100_000, 10_000), runs).await?);
     }
     if want("history") {
         r.history_events = scale(args.history_events, 50_000);
