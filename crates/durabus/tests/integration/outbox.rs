@@ -234,12 +234,13 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
         .collect::<Result<_, _>>()
         .unwrap();
     // Every table of the bus carries its prefix; the application's two are untouched
-    // (`sqlite_sequence` is SQLite's own, kept for the AUTOINCREMENT ids of dead letters and pauses).
+    // (`sqlite_sequence` is SQLite's own, kept for the AUTOINCREMENT ids of dead letters, pauses and slot waiters).
     assert_eq!(
         tables,
         vec![
             "app_bus_breaker_reports",
             "app_bus_cancellations",
+            "app_bus_concurrency_limits",
             "app_bus_dead_letter_groups",
             "app_bus_dead_letter_types",
             "app_bus_dead_letters",
@@ -253,7 +254,11 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
             "app_bus_pauses",
             "app_bus_payload_config",
             "app_bus_periodic",
+            "app_bus_rate_limits",
+            "app_bus_rate_reservations",
             "app_bus_shared_breakers",
+            "app_bus_slot_waiters",
+            "app_bus_slots",
             "app_bus_snoozes",
             "app_bus_subscriptions",
             "app_bus_waiting",

@@ -52,7 +52,8 @@ fn commands_handle_fail_and_fail_for_good(dir: &Path, db: &[&str]) {
         &[
             "worker",
             "--handler",
-            r#"shop.order=cat >> seen.txt; echo " $DURABUS_EVENT_ID $DURABUS_EVENT_TYPE $DURABUS_ATTEMPT $DURABUS_SUBSCRIPTION $DURABUS_METADATA" >> seen.txt"#,
+            // One write per run: two runs at once never interleave their lines.
+            r#"shop.order=echo "$(cat) $DURABUS_EVENT_ID $DURABUS_EVENT_TYPE $DURABUS_ATTEMPT $DURABUS_SUBSCRIPTION $DURABUS_METADATA" >> seen.txt"#,
             "--handler",
             "shop.perm=echo 'line one' >&2; echo 'bad amount' >&2; exit 65",
             "--max-retries",

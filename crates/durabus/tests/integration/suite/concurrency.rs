@@ -185,7 +185,7 @@ pub async fn bad_concurrency_limits_are_refused_and_nothing_changes(h: &Harness)
         (0, None),
         (durabus::concurrency::MAX_IN_FLIGHT + 1, None),
         (4, Some(0)),
-        (4, Some(5)),
+        (4, Some(durabus::concurrency::MAX_IN_FLIGHT + 1)),
     ] {
         let e = limits.set("work", max, per, &ops()).await.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidInput, "{max} {per:?}: {e}");
