@@ -49,12 +49,7 @@ impl ConcurrencyLimits {
     ) -> Result<ConcurrencyLimit> {
         ConcurrencyLimit::check(max_in_flight, per_process)?;
         actor.validate()?;
-        let known = self
-            .store
-            .subscriptions()
-            .await?
-            .iter()
-            .any(|r| r.name.as_deref() == Some(subscription) || r.id == subscription);
+        let known = self.store.subscription_known(subscription).await?;
         if !known {
             return Err(Error::SubscriptionNotFound(subscription.to_owned()));
         }

@@ -52,12 +52,7 @@ impl Pauses {
         let now = self.clock.now();
         request.validate(now)?;
         if let PauseScope::Subscription(name) = &request.scope {
-            let known = self
-                .store
-                .subscriptions()
-                .await?
-                .iter()
-                .any(|r| r.name.as_deref() == Some(name.as_str()) || &r.id == name);
+            let known = self.store.subscription_known(name).await?;
             if !known {
                 return Err(Error::SubscriptionNotFound(name.clone()));
             }

@@ -161,6 +161,16 @@ pub trait SubscriptionStore: sealed::Sealed + Send + Sync + 'static {
 
     /// All subscription rows, oldest first.
     async fn subscriptions(&self) -> Result<Vec<SubscriptionRow>>;
+
+    /// Whether a subscription row has `key` as its name (or, for an unnamed one, its id):
+    /// what the operators' levers (pauses, limits) may name.
+    async fn subscription_known(&self, key: &str) -> Result<bool> {
+        Ok(self
+            .subscriptions()
+            .await?
+            .iter()
+            .any(|r| r.name.as_deref() == Some(key) || r.id == key))
+    }
 }
 
 /// Reading events back, and removing old history.

@@ -48,6 +48,26 @@ impl Drop for Worker {
     }
 }
 
+/// Starts `n` `durabus worker` processes on `db` in `dir` with the one handler `handler`
+/// (`PATTERN=COMMAND`); they stop when the returned values drop.
+fn workers(dir: &Path, db: &[&str], handler: &str, n: usize) -> Vec<Worker> {
+    (0..n)
+        .map(|_| {
+            Worker(
+                Command::new(env!("CARGO_BIN_EXE_durabus"))
+                    .current_dir(dir)
+                    .args(db)
+                    .args(["worker", "--handler", handler])
+                    .env_remove("RUST_LOG")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect()
+}
+
 fn pause_resume_with_a_worker_running(dir: &Path, db: &[&str]) {
     // The worker's first run makes the database and the subscription's row.
     let first = run(
@@ -70,17 +90,7 @@ fn pause_resume_with_a_worker_running(dir: &Path, db: &[&str]) {
     ));
     assert_eq!(pause["scope"]["kind"], "subscription");
     let id = pause["id"].as_i64().unwrap().to_string();
-    let _worker = Worker(
-        Command::new(env!("CARGO_BIN_EXE_durabus"))
-            .current_dir(dir)
-            .args(db)
-            .args(["worker", "--handler", "mail.*=cat >> sent.txt"])
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _worker = workers(dir, db, "mail.*=cat >> sent.txt", 1);
     let o = run(
         dir,
         db,
@@ -220,25 +230,12 @@ fn every_worker_process_observes_a_pause_within_a_second_on_postgres() {
     assert!(first.status.success(), "{}", stderr(&first));
     // Three worker processes; each handler start is recorded with the worker's process id
     // (the parent of the command's shell).
-    let workers: Vec<Worker> = (0..3)
-        .map(|_| {
-            Worker(
-                Command::new(env!("CARGO_BIN_EXE_durabus"))
-                    .current_dir(dir)
-                    .args(db)
-                    .args([
-                        "worker",
-                        "--handler",
-                        r#"tick=echo "$(($(date +%s%N) / 1000000)) $PPID" >> ran.txt"#,
-                    ])
-                    .env_remove("RUST_LOG")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
+    let workers = workers(
+        dir,
+        &db,
+        r#"tick=echo "$(($(date +%s%N) / 1000000)) $PPID" >> ran.txt"#,
+        3,
+    );
     let published = std::cell::Cell::new(0usize);
     let publish = || {
         let o = run(dir, &db, &["events", "publish", "tick", "{}"]);
@@ -422,25 +419,12 @@ fn three_worker_processes_hold_a_rate_limit_on_postgres() {
         let o = run(dir, &db, &["events", "publish", "tick", "{}"]);
         assert!(o.status.success(), "{}", stderr(&o));
     }
-    let workers: Vec<Worker> = (0..3)
-        .map(|_| {
-            Worker(
-                Command::new(env!("CARGO_BIN_EXE_durabus"))
-                    .current_dir(dir)
-                    .args(db)
-                    .args([
-                        "worker",
-                        "--handler",
-                        r#"tick=echo "$(($(date +%s%N) / 1000000)) $PPID" >> ran.txt"#,
-                    ])
-                    .env_remove("RUST_LOG")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
+    let workers = workers(
+        dir,
+        &db,
+        r#"tick=echo "$(($(date +%s%N) / 1000000)) $PPID" >> ran.txt"#,
+        3,
+    );
     // The first burst (20 at once), then 20 per second: 4 seconds after the burst hold 80.
     eventually("the first runs", || !starts(dir).is_empty());
     let first_ms = starts(dir).iter().map(|(ms, _)| *ms).min().unwrap();
@@ -524,25 +508,12 @@ fn three_worker_processes_hold_a_concurrency_limit_on_postgres() {
     assert!(first.status.success(), "{}", stderr(&first));
     let set = run(dir, &db, &["concurrency-limit", "set", "job", "--max", "2"]);
     assert!(set.status.success(), "{}", stderr(&set));
-    let workers: Vec<Worker> = (0..3)
-        .map(|_| {
-            Worker(
-                Command::new(env!("CARGO_BIN_EXE_durabus"))
-                    .current_dir(dir)
-                    .args(db)
-                    .args([
-                        "worker",
-                        "--handler",
-                        r#"job=s=$(date +%s%N); sleep 0.05; echo "$s $(date +%s%N)" >> spans.txt"#,
-                    ])
-                    .env_remove("RUST_LOG")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap(),
-            )
-        })
-        .collect();
+    let workers = workers(
+        dir,
+        &db,
+        r#"job=s=$(date +%s%N); sleep 0.05; echo "$s $(date +%s%N)" >> spans.txt"#,
+        3,
+    );
     // A backlog at once, as an application's batch publishes it.
     let publish = |n: usize| {
         rt.block_on(async {
