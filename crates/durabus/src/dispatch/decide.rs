@@ -82,6 +82,8 @@ pub(crate) enum Log {
     Deferred { until: Timestamp },
     /// A pause of one of its subscriptions (or of the bus) parked the event.
     Parked { pause: i64 },
+    /// Every slot of a subscription's concurrency limit was taken: the event waits in line.
+    WaitingForSlot,
     /// A handler snoozed: the event is due again then.
     Snoozed { until: Timestamp },
     /// The attempt failed.
@@ -194,6 +196,7 @@ pub(crate) fn decide(
             pass: Pass::Deferred,
             log: match crate::pause::parked_by(until) {
                 Some(pause) => Log::Parked { pause },
+                None if until == crate::concurrency::WAIT_MARK => Log::WaitingForSlot,
                 None => Log::Deferred { until },
             },
         },
@@ -294,13 +297,18 @@ pub(crate) fn emit(log: &Log, event: EventId, event_type: &str) {
             event_id = %event,
             event_type,
             next_attempt_at = %until,
-            "event deferred: a circuit breaker is open for a matching subscription"
+            "event deferred: a matching subscription's circuit breaker is open or its rate limit's next slot is ahead"
         ),
         Log::Parked { pause } => tracing::debug!(
             event_id = %event,
             event_type,
             pause,
             "event parked: a matching subscription is paused; it is due when the pause ends"
+        ),
+        Log::WaitingForSlot => tracing::debug!(
+            event_id = %event,
+            event_type,
+            "event waits in line: every slot of a matching subscription's concurrency limit is taken"
         ),
         Log::Snoozed { until } => tracing::debug!(
             event_id = %event,

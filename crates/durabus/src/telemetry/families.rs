@@ -325,7 +325,7 @@ impl Counted {
         );
         r.register(
             "events_deferred",
-            "Delivery passes put off because a subscription's circuit breaker was open or a handler snoozed",
+            "Delivery passes put off because a subscription's circuit breaker was open, a handler snoozed, a pause parked the event, or a rate or concurrency limit made it wait",
             c.deferred.clone(),
         );
         r.register(

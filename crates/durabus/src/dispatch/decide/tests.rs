@@ -370,3 +370,35 @@ fn a_permanent_failure_is_a_dead_letter_with_retries_left() {
         d.outcome
     );
 }
+
+#[test]
+fn pauses_and_concurrency_limits_log_what_holds_the_event() {
+    for (until, log) in [
+        (crate::pause::parked_at(7), Log::Parked { pause: 7 }),
+        (crate::concurrency::WAIT_MARK, Log::WaitingForSlot),
+    ] {
+        let d = decide(
+            event(0, &[]),
+            Ran::Handlers {
+                delivered: Vec::new(),
+                failure: None,
+                deferred_until: Some(until),
+                snoozed: None,
+            },
+            &policy(3),
+            NOW,
+            0.5,
+        );
+        assert_eq!(d.pass, Pass::Deferred);
+        assert_eq!(d.log, log);
+        let Outcome::Retry {
+            retry_count,
+            next_attempt_at,
+            ..
+        } = d.outcome
+        else {
+            panic!("{:?}", d.outcome)
+        };
+        assert_eq!((retry_count, next_attempt_at), (0, until));
+    }
+}
