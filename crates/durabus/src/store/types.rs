@@ -332,6 +332,11 @@ pub struct StoreGauges {
     /// [`BreakerStore::breaker_reports`](crate::BreakerStore::breaker_reports); a store's
     /// `gauges` leaves it empty).
     pub breakers: Vec<(String, String, crate::breaker::BreakerState)>,
+    /// Every concurrency limit as `(subscription, max_in_flight, in_flight, waiting)` (the
+    /// telemetry fills it from
+    /// [`ConcurrencyStore::concurrency_list`](crate::ConcurrencyStore::concurrency_list); a
+    /// store's `gauges` leaves it empty).
+    pub concurrency: Vec<(String, u32, u64, u64)>,
 }
 
 /// How recent a failure group's first failure must be for the gauges to count it as new.

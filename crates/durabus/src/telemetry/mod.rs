@@ -62,6 +62,12 @@ pub(crate) async fn read_gauges(
         .into_iter()
         .map(|r| (r.subscription, r.process, r.state))
         .collect();
+    gauges.concurrency = store
+        .concurrency_list(now)
+        .await?
+        .into_iter()
+        .map(|l| (l.subscription, l.max_in_flight, l.in_flight, l.waiting))
+        .collect();
     Ok(gauges)
 }
 

@@ -37,6 +37,7 @@ pub(super) struct Gauges {
     pause_seconds: Family<Two, F64Gauge>,
     pause_parked: Family<Two, Gauge>,
     breaker_reported: Family<Two, Gauge>,
+    concurrency: Family<Two, Gauge>,
 }
 
 impl Gauges {
@@ -118,6 +119,12 @@ impl Gauges {
             "Circuit breaker state by subscription and process, as every process reported it to \
              the store in the last minute: 0 closed, 1 half-open, 2 open",
             gauges.breaker_reported.clone(),
+        );
+        registry.register(
+            "concurrency_limit",
+            "Each subscription's concurrency limit by what: the limit (max), the runs holding a \
+             slot (in_flight) and the events waiting in line (waiting)",
+            gauges.concurrency.clone(),
         );
         registry.register(
             "store_up",
@@ -211,6 +218,19 @@ impl Gauges {
             .get_or_create(&one("group", "other"))
             .set(int(s.dead_letter_records.saturating_sub(labelled)));
         g.live_workers.set(int(s.live_workers.unwrap_or(0)));
+        // Rebuilt at each reading: a removed limit has no series.
+        g.concurrency.clear();
+        for (sub, max, in_flight, waiting) in &s.concurrency {
+            for (what, v) in [
+                ("max", u64::from(*max)),
+                ("in_flight", *in_flight),
+                ("waiting", *waiting),
+            ] {
+                g.concurrency
+                    .get_or_create(&[("subscription", sub.clone()), ("what", what.to_owned())])
+                    .set(int(v));
+            }
+        }
         // Rebuilt at each reading: a process that stopped reporting has no series.
         g.breaker_reported.clear();
         for (sub, process, state) in &s.breakers {

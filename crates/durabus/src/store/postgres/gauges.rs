@@ -115,6 +115,7 @@ impl PgStore {
             dead_letter_types,
             pauses: Vec::new(),
             breakers: Vec::new(),
+            concurrency: Vec::new(),
         })
     }
 }

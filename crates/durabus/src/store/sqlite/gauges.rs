@@ -86,6 +86,7 @@ fn read(conn: &Connection, prefix: &str, now: Timestamp) -> rusqlite::Result<Sto
         dead_letter_types,
         pauses: Vec::new(),
         breakers: Vec::new(),
+        concurrency: Vec::new(),
     })
 }
 

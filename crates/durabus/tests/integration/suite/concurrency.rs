@@ -100,6 +100,19 @@ pub async fn a_concurrency_limit_holds_across_processes_and_the_line_moves(h: &H
     .await;
     let listed = a.concurrency_limits().list().await.unwrap();
     assert_eq!((listed[0].in_flight, listed[0].waiting), (2, 4));
+    // And in the metrics.
+    let m = super::telemetry::scrape(&b).await;
+    let gauge = |what: &str| {
+        super::telemetry::num(
+            &m,
+            "durabus_concurrency_limit",
+            &[("subscription", "work"), ("what", what)],
+        )
+    };
+    assert_eq!(
+        (gauge("max"), gauge("in_flight"), gauge("waiting")),
+        (2.0, 2.0, 4.0)
+    );
     // Each run that ends lets the first in line through.
     gate.add_permits(1);
     settle(&runs, 3).await;
