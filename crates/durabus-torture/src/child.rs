@@ -82,6 +82,11 @@ pub struct ChildArgs {
     /// every publisher is done).
     #[arg(long)]
     pub wait_file: Option<PathBuf>,
+    /// Read this host's clock as it is, uncorrected (a bus on PostgreSQL reads the server's
+    /// clock by default): the clock-skew scenario's broken variant, which the checker must
+    /// catch.
+    #[arg(long)]
+    pub host_clock: bool,
 }
 
 /// Every handler's time limit.
@@ -148,11 +153,14 @@ pub fn run(args: ChildArgs) -> anyhow::Result<()> {
 async fn main(args: ChildArgs) -> anyhow::Result<()> {
     let target = Target::parse(&args.target)?;
     let delivers = args.role != Role::Publisher;
-    let bus = target
-        .builder_with(
-            Duration::from_millis(args.lease_ms),
-            args.lock_timeout_ms.map(Duration::from_millis),
-        )
+    let mut builder = target.builder_with(
+        Duration::from_millis(args.lease_ms),
+        args.lock_timeout_ms.map(Duration::from_millis),
+    );
+    if args.host_clock {
+        builder = builder.clock(Arc::new(durabus::SystemClock));
+    }
+    let bus = builder
         .deliver(delivers)
         // Background errors go to standard error, which the parent shows with
         // TORTURE_VERBOSE set.

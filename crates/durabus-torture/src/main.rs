@@ -153,6 +153,18 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::pg_stall::run,
     ),
     (
+        "pg-skew",
+        Needs::Postgres,
+        "PostgreSQL: workers' clocks 5 min ahead and behind (libfaketime); the one ahead killed",
+        scenario::pg_skew::run,
+    ),
+    (
+        "pg-skew-host-clocks",
+        Needs::Postgres,
+        "Self-test: the same with every bus on its host's clock uncorrected; passes if the checker catches it",
+        scenario::pg_skew::host_clocks,
+    ),
+    (
         "pg-restart",
         Needs::ServerRestart,
         "PostgreSQL: the kill loop with a restart of the server halfway (long form, alone)",

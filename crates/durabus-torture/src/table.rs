@@ -20,17 +20,19 @@ pub fn line(r: &Row) -> String {
 /// Every row as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
-        "| scenario | cycles | acknowledged | lost | duplicates | faults injected | result | time | notes |\n|---|---:|---:|---:|---:|---:|---|---:|---|\n",
+        "| scenario | cycles | acknowledged | lost | duplicates | faults injected | time to recover | result | time | notes |\n|---|---:|---:|---:|---:|---:|---:|---|---:|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} s | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} s | {} |\n",
             r.scenario,
             r.cycles,
             r.acknowledged,
             r.lost,
             r.duplicates,
             r.faults,
+            r.recovered
+                .map_or_else(|| "—".to_owned(), |d| format!("{:.1} s", d.as_secs_f64())),
             if r.passed() { "pass" } else { "**FAIL**" },
             r.took.as_secs_f64(),
             r.notes.replace('|', "/")

@@ -128,3 +128,29 @@ pub fn processing(target: &Target) -> anyhow::Result<std::collections::HashSet<E
         }
     }
 }
+
+/// The events a PostgreSQL worker process `pid` holds (`processing` under its lease).
+pub fn held_by_pid(
+    target: &Target,
+    pid: u32,
+) -> anyhow::Result<std::collections::HashSet<EventId>> {
+    let Target::Postgres { url, schema } = target else {
+        anyhow::bail!("leases are PostgreSQL's");
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let pool = durabus::sqlx::PgPool::connect(url).await?;
+        let rows: Vec<(uuid::Uuid,)> =
+            durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM {schema}.events
+                 WHERE status = 'processing' AND lease_owner LIKE '%:' || $1 || ':%'"
+            )))
+            .bind(pid.to_string())
+            .fetch_all(&pool)
+            .await?;
+        pool.close().await;
+        Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
+    })
+}

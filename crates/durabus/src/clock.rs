@@ -202,6 +202,69 @@ impl Clock for SystemClock {
     }
 }
 
+/// How far a newly measured offset must differ from the one in use before an [`OffsetClock`]
+/// takes it: smaller differences are measurement noise (half a round trip), and taking them
+/// would move the clock back and forth by a few milliseconds.
+pub const OFFSET_TOLERANCE_MS: i64 = 5;
+
+/// A measurement taking longer than this round trip says too little about the other clock to
+/// be used.
+pub const OFFSET_MAX_ROUND_TRIP: Duration = Duration::from_secs(1);
+
+/// The system clock corrected by its offset to another clock: a database server's. A bus on
+/// PostgreSQL reads time through one by default, so every process of a cluster decides leases,
+/// back-off and schedules on the server's clock however far its own host's clock is off: the
+/// store measures the offset when it connects and again at every lease heartbeat (see
+/// [`offset_from`]). Clones share the offset.
+#[derive(Debug, Clone, Default)]
+pub struct OffsetClock {
+    offset_ms: Arc<AtomicI64>,
+}
+
+impl OffsetClock {
+    /// A clock `offset_ms` milliseconds ahead of the system clock (behind if negative).
+    pub fn new(offset_ms: i64) -> Self {
+        OffsetClock {
+            offset_ms: Arc::new(AtomicI64::new(offset_ms)),
+        }
+    }
+
+    /// The offset in use, in milliseconds: the other clock minus the system clock.
+    pub fn offset_ms(&self) -> i64 {
+        self.offset_ms.load(Ordering::Relaxed)
+    }
+
+    /// Takes a newly measured offset if it differs from the one in use by more than
+    /// [`OFFSET_TOLERANCE_MS`]. Returns whether it did.
+    pub fn adjust(&self, measured_ms: i64) -> bool {
+        let current = self.offset_ms();
+        if measured_ms.abs_diff(current) <= OFFSET_TOLERANCE_MS.unsigned_abs() {
+            return false;
+        }
+        self.offset_ms.store(measured_ms, Ordering::Relaxed);
+        true
+    }
+}
+
+impl Clock for OffsetClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(SystemClock.now().0.saturating_add(self.offset_ms()))
+    }
+}
+
+/// The offset of another clock that read `theirs` between this clock's readings `sent` and
+/// `received`: `theirs` minus the midpoint, correct to within half the round trip. `None` when
+/// the readings cannot be trusted: this clock went backwards between them, or the round trip
+/// took longer than [`OFFSET_MAX_ROUND_TRIP`].
+pub fn offset_from(sent: Timestamp, theirs: Timestamp, received: Timestamp) -> Option<i64> {
+    let trip = received.0.checked_sub(sent.0)?;
+    let max = i64::try_from(OFFSET_MAX_ROUND_TRIP.as_millis()).unwrap_or(i64::MAX);
+    if !(0..=max).contains(&trip) {
+        return None;
+    }
+    Some(theirs.0.saturating_sub(sent.0.saturating_add(trip / 2)))
+}
+
 /// A clock that moves only when told to. Advancing it wakes the dispatcher, so events whose
 /// retry time has come are delivered without real waiting.
 #[derive(Debug, Clone)]
@@ -290,6 +353,37 @@ mod tests {
         assert_eq!(clock.now(), Timestamp(1_250));
         assert_eq!(rx.map(|r| r.has_changed().unwrap_or(false)), Some(true));
         assert!(SystemClock.jumps().is_none());
+    }
+
+    #[test]
+    fn an_offset_clock_reads_the_other_clock_within_half_a_round_trip() {
+        // The server read 300,000 ms later than the midpoint of a 4 ms round trip.
+        assert_eq!(
+            offset_from(Timestamp(1_000), Timestamp(301_002), Timestamp(1_004)),
+            Some(300_000)
+        );
+        assert_eq!(
+            offset_from(Timestamp(1_000), Timestamp(-299_000), Timestamp(1_000)),
+            Some(-300_000)
+        );
+        // Backwards, or too slow to say anything.
+        assert_eq!(
+            offset_from(Timestamp(1_000), Timestamp(0), Timestamp(999)),
+            None
+        );
+        assert_eq!(
+            offset_from(Timestamp(0), Timestamp(0), Timestamp(1_001)),
+            None
+        );
+        let clock = OffsetClock::new(0);
+        let shared = clock.clone();
+        assert!(!clock.adjust(OFFSET_TOLERANCE_MS), "noise is not taken");
+        assert!(clock.adjust(300_000));
+        assert_eq!(shared.offset_ms(), 300_000, "clones share the offset");
+        let ahead = shared.now().0 - SystemClock.now().0;
+        assert!((299_000..=300_000).contains(&ahead), "{ahead}");
+        assert!(clock.adjust(-5_000));
+        assert!(shared.now() < SystemClock.now());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::clock::{Clock, Timestamp};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::payload::ConfigSource;
@@ -40,9 +40,9 @@ pub struct History {
 }
 
 impl History {
-    /// History on `store`, reading the system clock.
+    /// History on `store`, reading the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self::with_clock(store, Arc::new(SystemClock))
+        Self::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// History on `store` reading `clock`.

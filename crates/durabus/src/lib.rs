@@ -131,7 +131,7 @@ pub mod whole;
 pub use actor::{Actor, ActorKind};
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
-pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use clock::{Clock, ManualClock, OffsetClock, SystemClock, Timestamp};
 pub use concurrency::{ConcurrencyLimit, ConcurrencyLimits};
 pub use config::{Backoff, BusConfig, MetricsConfig};
 pub use dlq::{

@@ -286,7 +286,8 @@ async fn cancel(
     json: bool,
     request: CancelRequest,
 ) -> anyhow::Result<()> {
-    let done = store.cancel_event(request, Timestamp::now()).await?;
+    let now = durabus::store::clock_of(&store).now();
+    let done = store.cancel_event(request, now).await?;
     if json {
         return output::json(&done);
     }

@@ -1,7 +1,7 @@
 //! `durabus jobs list | run NAME`: the maintenance jobs a running bus schedules.
 
 use clap::Subcommand;
-use durabus::{Scheduler, SchedulerConfig, SystemClock};
+use durabus::{Scheduler, SchedulerConfig};
 
 use crate::output;
 
@@ -26,7 +26,7 @@ pub async fn run(
     let result = async {
         let scheduler = Scheduler::new(
             store.clone(),
-            std::sync::Arc::new(SystemClock),
+            durabus::store::clock_of(&store),
             SchedulerConfig::default(),
         )?;
         match command {

@@ -1,7 +1,7 @@
 //! `durabus stats`: what the database can tell about its events, as of the snapshot the
 //! `refresh-stats` job keeps (`--fresh` counts now).
 
-use durabus::{StatsSnapshot, SystemClock};
+use durabus::StatsSnapshot;
 
 use crate::output;
 use crate::table::{Table, number, text};
@@ -17,10 +17,11 @@ pub struct Args {
 
 pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<()> {
     let store = super::open_existing(db).await?;
+    let clock = durabus::store::clock_of(&store);
     let snapshot = if args.fresh {
-        StatsSnapshot::refresh(store.as_ref(), &SystemClock).await
+        StatsSnapshot::refresh(store.as_ref(), clock.as_ref()).await
     } else {
-        StatsSnapshot::last_or_refresh(store.as_ref(), &SystemClock).await
+        StatsSnapshot::last_or_refresh(store.as_ref(), clock.as_ref()).await
     };
     store.close().await?;
     let snapshot = snapshot?;

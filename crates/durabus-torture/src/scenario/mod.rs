@@ -6,6 +6,7 @@ pub mod handlers;
 pub mod hostile;
 pub mod load;
 pub mod pg_kill;
+pub mod pg_skew;
 pub mod pg_stall;
 pub mod sqlite_kill;
 pub mod storage;
@@ -33,6 +34,8 @@ pub struct Row {
     pub violations: Vec<String>,
     /// Time taken.
     pub took: Duration,
+    /// Where the scenario measures it: how long after its fault the system was whole again.
+    pub recovered: Option<Duration>,
 }
 
 impl Row {

@@ -35,7 +35,8 @@ enum Source {
 #[must_use]
 pub struct BusBuilder {
     source: Source,
-    clock: Arc<dyn Clock>,
+    /// The clock asked for; `None`: the store's own, else the system clock.
+    clock: Option<Arc<dyn Clock>>,
     config: BusConfig,
     #[cfg(feature = "sqlite")]
     durability: Option<Durability>,
@@ -45,7 +46,7 @@ impl Default for BusBuilder {
     fn default() -> Self {
         BusBuilder {
             source: Source::None,
-            clock: Arc::new(SystemClock),
+            clock: None,
             config: BusConfig::default(),
             #[cfg(feature = "sqlite")]
             durability: None,
@@ -145,9 +146,12 @@ impl BusBuilder {
         self
     }
 
-    /// Uses this clock (a [`ManualClock`](crate::ManualClock) in tests). Defaults to the system clock.
+    /// Uses this clock (a [`ManualClock`](crate::ManualClock) in tests), as it reads. Defaults
+    /// to the store's: on PostgreSQL the database server's clock (the system clock corrected by
+    /// its measured offset, see [`OffsetClock`](crate::OffsetClock)), on SQLite the system
+    /// clock.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
     }
 
@@ -334,7 +338,12 @@ impl BusBuilder {
             }
         };
         store.set_error_hook(self.config.on_error.clone());
-        let bus = match EventBus::from_parts(store.clone(), self.clock, self.config) {
+        // On PostgreSQL, the server's clock unless a clock was given.
+        let clock = self
+            .clock
+            .or_else(|| store.clock())
+            .unwrap_or_else(|| Arc::new(SystemClock));
+        let bus = match EventBus::from_parts(store.clone(), clock, self.config) {
             Ok(bus) => bus,
             Err(e) => {
                 let _ = store.close().await;

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::dlq::{Action, Actor, ActorKind};
 use crate::error::{Error, Result};
 use crate::event::{Event, EventId, EventStatus};
@@ -51,9 +51,9 @@ impl Default for Page {
 }
 
 impl DlqInspector {
-    /// An inspector on `store`, reading the system clock.
+    /// An inspector on `store`, reading the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self::with_clock(store, Arc::new(SystemClock))
+        Self::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// An inspector on `store` reading `clock`.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::bulk::BulkParams;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::dlq::{Action, Actor, DeadLetter, DeadLetterFilter, DeadLetterGroup, Keyset};
 use crate::error::{Error, Result};
 use crate::event::EventId;
@@ -96,9 +96,9 @@ pub struct DeadLetters {
 }
 
 impl DeadLetters {
-    /// On `store`, reading the system clock.
+    /// On `store`, reading the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self::with_clock(store, Arc::new(SystemClock))
+        Self::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// On `store` reading `clock`.

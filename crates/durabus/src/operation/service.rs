@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::runner::{Kinds, RunOptions, Runner};
 use super::{Operation, OperationKind, OperationStatus};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{ErrorKind, Result};
 use crate::hook::ErrorHook;
 use crate::store::Store;
@@ -21,9 +21,9 @@ pub struct Operations {
 }
 
 impl Operations {
-    /// On `store`, reading the system clock.
+    /// On `store`, reading the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Self::with_clock(store, Arc::new(SystemClock))
+        Self::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// On `store` reading `clock`.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Pause, PauseRequest, PauseScope, PauseSet, ResumeRequest, ResumeTarget};
-use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::clock::{Clock, Timestamp};
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -31,9 +31,9 @@ impl std::fmt::Debug for Pauses {
 }
 
 impl Pauses {
-    /// The pauses on `store`, on the system clock.
+    /// The pauses on `store`, on the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> Pauses {
-        Pauses::with_clock(store, Arc::new(SystemClock))
+        Pauses::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// The pauses on `store`, on `clock`.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::{PeriodicInfo, check_name};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -24,9 +24,9 @@ impl std::fmt::Debug for Periodics {
 }
 
 impl Periodics {
-    /// The periodic events on `store`, on the system clock.
+    /// The periodic events on `store`, on the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> Periodics {
-        Periodics::with_clock(store, Arc::new(SystemClock))
+        Periodics::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// The periodic events on `store`, on `clock`.

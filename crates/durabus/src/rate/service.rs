@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::RateLimit;
 use crate::actor::Actor;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::Store;
 
@@ -26,9 +26,9 @@ impl std::fmt::Debug for RateLimits {
 }
 
 impl RateLimits {
-    /// The rate limits on `store`, on the system clock.
+    /// The rate limits on `store`, on the store's clock (see [`StoreLifecycle::clock`](crate::store::StoreLifecycle::clock)).
     pub fn new(store: Arc<dyn Store>) -> RateLimits {
-        RateLimits::with_clock(store, Arc::new(SystemClock))
+        RateLimits::with_clock(store.clone(), crate::store::clock_of(&store))
     }
 
     /// The rate limits on `store`, on `clock`.

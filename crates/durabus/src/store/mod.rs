@@ -427,6 +427,14 @@ pub enum Backend<'a> {
     _Unused(std::marker::PhantomData<&'a ()>),
 }
 
+/// The clock to read for `store` when none is given: its own
+/// ([`StoreLifecycle::clock`]), else the system clock.
+pub fn clock_of(store: &Arc<dyn Store>) -> Arc<dyn Clock> {
+    store
+        .clock()
+        .unwrap_or_else(|| Arc::new(crate::clock::SystemClock))
+}
+
 /// The store's own life: wake-ups, its background work, closing.
 #[async_trait]
 pub trait StoreLifecycle: sealed::Sealed + Send + Sync + 'static {
@@ -443,6 +451,14 @@ pub trait StoreLifecycle: sealed::Sealed + Send + Sync + 'static {
     /// Calling it again does nothing. The default has none.
     fn start_background(&self, clock: Arc<dyn Clock>) {
         let _ = clock;
+    }
+
+    /// The clock a bus on this store reads when none is given: PostgreSQL's is the database
+    /// server's clock (an [`OffsetClock`](crate::OffsetClock) it keeps measured), so every
+    /// process of a cluster decides leases, back-off and schedules on one clock. The default
+    /// has none (the system clock).
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        None
     }
 
     /// Hands the errors of the store's own background work (PostgreSQL: the `LISTEN`

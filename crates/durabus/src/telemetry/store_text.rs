@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::MetricsConfig;
 use super::{ScrapeInput, Telemetry};
-use crate::clock::{Clock, SystemClock};
 use crate::error::Result;
 use crate::store::Store;
 
@@ -15,7 +14,7 @@ use crate::store::Store;
 pub async fn store_metrics_text(store: &Arc<dyn Store>, config: &MetricsConfig) -> Result<String> {
     config.validate()?;
     let telemetry = Telemetry::gauges_only(config.clone(), super::StoreKind::of(&store.backend()));
-    let now = SystemClock.now();
+    let now = crate::store::clock_of(store).now();
     let gauges = super::read_gauges(store.as_ref(), config, now).await?;
     telemetry.encode(&ScrapeInput {
         store: gauges,

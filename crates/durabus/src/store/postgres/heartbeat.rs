@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use super::sql::PgSql;
 use super::{PgStore, q};
-use crate::clock::{Clock, Timestamp};
+use crate::clock::{Clock, OffsetClock, Timestamp, offset_from};
 use crate::error::Result;
 use crate::event::EventId;
 use crate::sync::lock;
@@ -26,6 +26,32 @@ pub(super) struct Beat {
     every: Duration,
     held: Arc<Mutex<HashMap<EventId, Uuid>>>,
     channel: String,
+    clock: OffsetClock,
+}
+
+/// Measures the offset of the database server's clock to this host's and gives it to
+/// `clock` (see [`OffsetClock::adjust`]); a large offset is logged when it is taken. A
+/// measurement whose round trip took too long is left out.
+pub(super) async fn measure_clock(pool: &sqlx::PgPool, clock: &OffsetClock) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    let sent = crate::clock::SystemClock.now();
+    let theirs: i64 =
+        sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8")
+            .fetch_one(&mut *conn)
+            .await?;
+    let received = crate::clock::SystemClock.now();
+    if let Some(offset) = offset_from(sent, Timestamp(theirs), received)
+        && clock.adjust(offset)
+        && offset.abs() >= 1_000
+    {
+        tracing::warn!(
+            offset_ms = offset,
+            "this host's clock is {} s {} the database server's; durabus reads the server's time",
+            offset.abs() / 1_000,
+            if offset > 0 { "behind" } else { "ahead of" }
+        );
+    }
+    Ok(())
 }
 
 /// When a statement that sets leases waited for its connection a quarter of the lease or more
@@ -84,6 +110,9 @@ pub(super) async fn run(beat: Beat, clock: Arc<dyn Clock>, hook: crate::hook::Er
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        if let Err(e) = measure_clock(beat.pool.inner(), &beat.clock).await {
+            tracing::debug!(error = %e, "could not measure the database server's clock; retrying at the next beat");
+        }
         if let Err(e) = beat.renew(clock.now()).await {
             super::liveness::note_error(&e);
             tracing::warn!(error = %e, "could not renew leases; retrying at the next beat");
@@ -105,6 +134,7 @@ impl PgStore {
             every: self.heartbeat_interval(),
             held: self.held.clone(),
             channel: self.channel.clone(),
+            clock: self.clock.clone(),
         }
     }
 

@@ -100,6 +100,8 @@ pub struct PgStore {
     hook: crate::hook::ErrorHook,
     /// Whether the pool is the store's own (closed with it) or the application's.
     owns_pool: bool,
+    /// The server's clock as this process reads it (measured at connect and each heartbeat).
+    clock: crate::clock::OffsetClock,
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
@@ -228,6 +230,13 @@ impl PgStore {
             // never creates a schema that holds no durabus tables).
             schema::migrate(&pool, &schema, &quoted).await?;
         }
+        let clock = crate::clock::OffsetClock::default();
+        if let Err(e) = heartbeat::measure_clock(pool.inner(), &clock).await {
+            if owns_pool {
+                pool.close().await;
+            }
+            return Err(e);
+        }
         let wake = Arc::new(Notify::new());
         let channel = format!("durabus_{schema}");
         let hook = crate::hook::ErrorHook::default();
@@ -273,7 +282,16 @@ impl PgStore {
             heartbeat: Mutex::new(None),
             hook,
             owns_pool,
+            clock,
         })
+    }
+
+    /// The database server's clock as this process reads it: the system clock plus the offset
+    /// measured when the store connected and at every lease heartbeat. A bus on this store
+    /// reads it unless given a clock; an application writing through the
+    /// [`outbox`](Self::outbox) can pass its `now()` too.
+    pub fn server_clock(&self) -> crate::clock::OffsetClock {
+        self.clock.clone()
     }
 
     /// This process's identity, recorded as `lease_owner` on the events it holds.
@@ -368,6 +386,10 @@ impl StoreLifecycle for PgStore {
                 self.hook.clone(),
             )));
         }
+    }
+
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(Arc::new(self.clock.clone()))
     }
 
     fn set_error_hook(&self, hook: crate::hook::ErrorHook) {

@@ -3,6 +3,7 @@
 //! (connections killed, the database unreachable). The shared behaviour is in the contract
 //! suite. Each test has its own schema. Unreachable PostgreSQL: skipped, or failed with CI=true.
 
+mod clock;
 mod faults;
 mod leases;
 mod pool;
