@@ -165,6 +165,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::pg_skew::host_clocks,
     ),
     (
+        "pg-full",
+        Needs::Postgres,
+        "PostgreSQL: the tables' volume (a tablespace on a small tmpfs) filled under load, then freed",
+        scenario::pg_full::run,
+    ),
+    (
         "pg-restart",
         Needs::ServerRestart,
         "PostgreSQL: the kill loop with a restart of the server halfway (long form, alone)",

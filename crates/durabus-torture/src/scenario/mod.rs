@@ -5,6 +5,7 @@ pub mod failpoints;
 pub mod handlers;
 pub mod hostile;
 pub mod load;
+pub mod pg_full;
 pub mod pg_kill;
 pub mod pg_skew;
 pub mod pg_stall;

@@ -26,7 +26,15 @@ impl From<sqlx::Error> for Error {
                     }
                     "23505" | "40001" | "40P01" => ErrorKind::Conflict,
                     c if c.starts_with("22") || c.starts_with("23") => ErrorKind::InvalidInput,
-                    "53100" => ErrorKind::Io,
+                    "53100" => {
+                        return Error::database(
+                            ErrorKind::Io,
+                            "PostgreSQL is out of disk space (nothing of this call was stored; \
+                             free space on the database server's volume and durabus goes on \
+                             by itself)",
+                            e,
+                        );
+                    }
                     "55P03" => ErrorKind::Locked,
                     _ => ErrorKind::Internal,
                 };
