@@ -143,6 +143,13 @@ fn say(line: std::fmt::Arguments<'_>) {
 
 /// Runs a child to its end (or its kill).
 pub fn run(args: ChildArgs) -> anyhow::Result<()> {
+    // The store's warnings (a late outcome refused, a lease not renewed) go to standard
+    // error, where the parent counts the refusals.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("durabus::store=warn"))
+        .with_ansi(false)
+        .init();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

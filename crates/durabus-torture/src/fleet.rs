@@ -5,6 +5,8 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -33,7 +35,13 @@ pub struct Child {
     pub life: u32,
     /// Signals seen so far.
     pub signals: Vec<Signal>,
+    /// Outcomes its store refused because another worker had taken the event's lease over
+    /// (counted from its log on standard error).
+    pub fenced: Arc<AtomicU64>,
 }
+
+/// What the PostgreSQL store logs when it refuses a late outcome (fencing).
+const FENCED: &str = "no longer holds the event's lease";
 
 /// What to start.
 #[derive(Debug, Clone)]
@@ -48,6 +56,8 @@ pub struct Spec<'a> {
     pub args: Vec<String>,
     /// Extra environment variables (fail points).
     pub env: Vec<(String, String)>,
+    /// The network namespace to run it in (`ip netns exec`), if any.
+    pub netns: Option<String>,
 }
 
 /// Fail points armed in every child of this run (the checker's self-test), unless a
@@ -69,7 +79,15 @@ impl Child {
             Role::Worker => "worker",
             Role::Drain => "drain",
         };
-        let mut cmd = Command::new(exe);
+        let mut cmd = match &spec.netns {
+            // `ip netns exec` enters the namespace and executes the program: same process.
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(exe);
+                c
+            }
+            None => Command::new(exe),
+        };
         cmd.arg("child")
             .args(["--target", &spec.target.arg(), "--role", role])
             .arg("--deliveries")
@@ -95,10 +113,15 @@ impl Child {
             }
         });
         // Standard error: kept quiet unless asked for (fail points announce themselves there).
+        let fenced = Arc::new(AtomicU64::new(0));
+        let counted = fenced.clone();
         std::thread::spawn(move || {
             let verbose = std::env::var_os("TORTURE_VERBOSE").is_some();
             for line in BufReader::new(stderr).lines() {
                 let Ok(line) = line else { break };
+                if line.contains(FENCED) {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
                 if verbose {
                     eprintln!("[life {life}] {line}");
                 }
@@ -109,6 +132,7 @@ impl Child {
             lines,
             life,
             signals: Vec::new(),
+            fenced,
         })
     }
 

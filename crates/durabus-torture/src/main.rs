@@ -171,6 +171,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::pg_full::run,
     ),
     (
+        "pg-partition",
+        Needs::Postgres,
+        "PostgreSQL: workers in network namespaces; links degraded, then one cut for 3 leases and restored",
+        scenario::pg_partition::run,
+    ),
+    (
         "pg-restart",
         Needs::ServerRestart,
         "PostgreSQL: the kill loop with a restart of the server halfway (long form, alone)",

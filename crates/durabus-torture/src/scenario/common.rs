@@ -31,6 +31,7 @@ pub fn drain(
         deliveries,
         args: Vec::new(),
         env: Vec::new(),
+        netns: None,
     };
     let child = Child::start(&spec, life)?;
     let end = child.wait(ledger, Duration::from_secs(600))?;

@@ -67,6 +67,7 @@ fn on(s: &Settings, target: &Target, name: &str) -> anyhow::Result<Row> {
                     durabus::fault::ENV.to_owned(),
                     format!("{point}={}", probability(point)),
                 )],
+                netns: None,
             };
             let mut child = Child::start(&spec, life)?;
             // Up to 3 s for the point to fire; the child aborts itself when it does.

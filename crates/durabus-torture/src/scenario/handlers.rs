@@ -44,6 +44,7 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
             deliveries: &deliveries,
             args,
             env: Vec::new(),
+            netns: None,
         };
         let mut child = Child::start(&spec, life)?;
         child.pump_for(&mut ledger, Duration::from_millis(fastrand::u64(300..1500)))?;

@@ -60,6 +60,7 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
             events.div_ceil(batch).to_string(),
         ],
         env: Vec::new(),
+        netns: None,
     };
     let mut ledger = Ledger::default();
     let mut violations = Vec::new();

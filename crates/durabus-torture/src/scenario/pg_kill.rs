@@ -87,6 +87,7 @@ pub(crate) fn spec<'a>(
             PUBLISHERS.to_string(),
         ],
         env: Vec::new(),
+        netns: None,
     }
 }
 

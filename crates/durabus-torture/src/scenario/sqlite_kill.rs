@@ -38,6 +38,7 @@ pub fn kill_loop(s: &Settings) -> anyhow::Result<Row> {
         deliveries: &deliveries,
         args: vec!["--publishers".into(), PUBLISHERS.to_string()],
         env: Vec::new(),
+        netns: None,
     };
     let mut ledger = Ledger::default();
     let mut killed = HashMap::new();
@@ -150,6 +151,7 @@ pub fn no_faults(s: &Settings) -> anyhow::Result<Row> {
             events.to_string(),
         ],
         env: Vec::new(),
+        netns: None,
     };
     let mut ledger = Ledger::default();
     let mut violations = Vec::new();

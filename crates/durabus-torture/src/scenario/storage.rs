@@ -101,6 +101,7 @@ fn ledgered(
             "1000".into(),
         ],
         env: Vec::new(),
+        netns: None,
     };
     let mut ledger = Ledger::default();
     let mut killed = HashMap::new();

@@ -81,6 +81,9 @@ impl EventStore for PgStore {
                 .bind(lease_from.as_millis())
                 .fetch_all(&mut *conn)
                 .await?;
+            let rows = self
+                .confirm_slow_claim(&mut conn, token, now, asked.elapsed(), rows)
+                .await?;
             drop(conn);
             {
                 // Held from here on, even if a row fails to decode below: its lease is renewed and
@@ -278,5 +281,57 @@ impl EventStore for PgStore {
             Ok(n)
         })
         .await
+    }
+}
+
+impl PgStore {
+    /// A claim whose answer took a quarter of the lease or more (a slow network, a link that
+    /// went down and came back: the statement may have run seconds after it was sent, with
+    /// the time it was sent) may have leased events from a time long past, and other workers
+    /// may have taken some over already. Its leases are renewed from now, and only the events
+    /// still under its token are kept; the others are left to whoever holds them, so this
+    /// worker does not run them as well.
+    async fn confirm_slow_claim(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        token: Uuid,
+        now: Timestamp,
+        took: std::time::Duration,
+        rows: Vec<sqlx::postgres::PgRow>,
+    ) -> Result<Vec<sqlx::postgres::PgRow>> {
+        let quarter =
+            std::time::Duration::from_millis(u64::try_from(self.lease_ms / 4).unwrap_or(0));
+        if rows.is_empty() || took < quarter {
+            return Ok(rows);
+        }
+        let s = &self.sql.schema;
+        let kept: Vec<Uuid> = q(&format!(
+            "UPDATE {s}.events SET lease_expires_at = greatest(lease_expires_at, $2)
+             WHERE status = 'processing' AND lease_token = $1 RETURNING id"
+        ))
+        .bind(token)
+        .bind(now.plus(took).as_millis().saturating_add(self.lease_ms))
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|r| r.try_get::<Uuid, _>(0))
+        .collect::<std::result::Result<_, _>>()?;
+        let claimed = rows.len();
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter(|r| {
+                r.try_get::<Uuid, _>("id")
+                    .is_ok_and(|id| kept.contains(&id))
+            })
+            .collect();
+        if rows.len() < claimed {
+            tracing::warn!(
+                took_ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                left = claimed - rows.len(),
+                worker = %self.worker,
+                "a claim answered late; events other workers took over meanwhile are left to them"
+            );
+        }
+        Ok(rows)
     }
 }

@@ -118,6 +118,24 @@ pub(super) fn json_list(items: &[String]) -> Result<Option<String>> {
         .map_err(|e| Error::unserialisable("a list of strings", &e))
 }
 
+/// The server-side limits on the store's own connections, for a client that vanishes (a
+/// network partition, a frozen host): a transaction left idle, or data the client stops
+/// acknowledging, ends the session after this long, so its row locks do not keep other
+/// workers from taking over its events once their leases run out (they skip locked rows).
+/// The lease, within 2 s (no live transaction of the store's idles that long) and 60 s.
+pub(super) fn vanished_client_limit(lease: Duration) -> Duration {
+    lease.clamp(Duration::from_secs(2), Duration::from_secs(60))
+}
+
+/// The startup options that set [`vanished_client_limit`] for a session.
+fn session_timeouts(lease: Duration) -> [(&'static str, String); 2] {
+    let ms = vanished_client_limit(lease).as_millis().to_string();
+    [
+        ("idle_in_transaction_session_timeout", ms.clone()),
+        ("tcp_user_timeout", ms),
+    ]
+}
+
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user@host:port/db`), creating the schema
     /// and migrating it (safe when many workers start at once). Fails with
@@ -174,7 +192,11 @@ impl PgStore {
                     Ok(true)
                 })
             })
-            .connect_with(connect.application_name(&name))
+            .connect_with(
+                connect
+                    .application_name(&name)
+                    .options(session_timeouts(options.lease)),
+            )
             .await
             .map_err(|e| match e {
                 sqlx::Error::Configuration(c) => bad_url(c.to_string()),

@@ -19,7 +19,11 @@ pub struct PgOptions {
     pub max_connections: u32,
     /// How long a claimed event stays with its worker without a heartbeat before other workers
     /// may take it over (the abandonment timeout). Defaults to 5 minutes; heartbeats renew it
-    /// every third of it.
+    /// every third of it. The store's own connections (not a pool passed to
+    /// [`PgStore::from_pool`](super::PgStore::from_pool)) also tell the server to end a session
+    /// whose transaction idles, or whose client stops acknowledging data, for this long
+    /// (within 2 s and 60 s: `idle_in_transaction_session_timeout`, `tcp_user_timeout`), so a
+    /// worker cut off mid-transaction does not keep its events locked from the others.
     pub lease: Duration,
     /// How long a call waits for a connection (for example while PostgreSQL is down) before
     /// failing with [`Error::Unavailable`]. Defaults to 5 s.
