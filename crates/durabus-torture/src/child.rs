@@ -87,6 +87,11 @@ pub struct ChildArgs {
     /// catch.
     #[arg(long)]
     pub host_clock: bool,
+    /// PostgreSQL: run on a pool of the application's own (`postgres_pool`, plain `sqlx`
+    /// settings) instead of the store's: the partition scenario's broken variant, whose
+    /// sessions lack the server-side limits for a client that vanishes.
+    #[arg(long)]
+    pub own_pool: bool,
 }
 
 /// Every handler's time limit.
@@ -166,6 +171,23 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     );
     if args.host_clock {
         builder = builder.clock(Arc::new(durabus::SystemClock));
+    }
+    if args.own_pool
+        && let Target::Postgres { url, schema } = &target
+    {
+        let pool = durabus::sqlx::postgres::PgPoolOptions::new()
+            .max_connections(6)
+            .connect(url)
+            .await
+            .context("connecting the application's pool")?;
+        builder = builder.postgres_pool(
+            pool,
+            durabus::PgOptions {
+                schema: schema.clone(),
+                lease: Duration::from_millis(args.lease_ms),
+                ..durabus::PgOptions::default()
+            },
+        );
     }
     let bus = builder
         .deliver(delivers)

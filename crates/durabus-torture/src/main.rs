@@ -177,6 +177,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::pg_partition::run,
     ),
     (
+        "pg-partition-own-pools",
+        Needs::Postgres,
+        "Self-test: the same with workers on plain pools of their own; passes if the blocked takeover is caught",
+        scenario::pg_partition::own_pools,
+    ),
+    (
         "pg-restart",
         Needs::ServerRestart,
         "PostgreSQL: the kill loop with a restart of the server halfway (long form, alone)",

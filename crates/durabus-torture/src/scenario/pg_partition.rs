@@ -94,8 +94,42 @@ fn watch(
 
 /// The scenario.
 pub fn run(s: &Settings) -> anyhow::Result<Row> {
+    partition(s, false)
+}
+
+/// The broken variant: the workers run on pools of their own, whose sessions lack the
+/// server-side limits for a vanished client, so a cut-off worker's open transaction keeps
+/// its events locked from the others (who skip locked rows) for as long as the server keeps
+/// the dead connection. Passes only if the checker reports it.
+pub fn own_pools(s: &Settings) -> anyhow::Result<Row> {
+    let mut row = partition(s, true)?;
+    let caught = row
+        .violations
+        .iter()
+        .filter(|v| v.contains("not all taken over"))
+        .count();
+    if caught == 0 {
+        row.violations.insert(
+            0,
+            "self-test: with the workers on their own pools, every cut-off worker's events were still taken over: the scenario cannot tell".into(),
+        );
+    } else {
+        row.notes += &format!(
+            "; self-test: caught in {caught} of {} cuts (events left locked by the cut-off worker's open transaction)",
+            row.cycles
+        );
+        row.violations.clear();
+    }
+    Ok(row)
+}
+
+fn partition(s: &Settings, own_pools: bool) -> anyhow::Result<Row> {
     let started = Instant::now();
-    let name = "postgres, network partition";
+    let name = if own_pools {
+        "postgres, network partition, workers on their own pools (self-test)"
+    } else {
+        "postgres, network partition"
+    };
     let url = s.pg_url.clone().context("no PostgreSQL URL")?;
     let parsed = url::Url::parse(&url).context("the PostgreSQL URL")?;
     let server = (
@@ -120,7 +154,14 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
             }
         }
     }
-    let cuts = s.cycles(2, 10);
+    // The self-test cuts until it is caught, at most 6 times.
+    let cuts = if own_pools { 6 } else { s.cycles(2, 10) };
+    // The self-test's takeovers are not coming: it waits less.
+    let takeover_limit = if own_pools {
+        Duration::from_secs(8)
+    } else {
+        TAKEOVER_LIMIT
+    };
     let (_schema, target) = Schema::new(s, "part")?;
     let Target::Postgres { schema, .. } = &target else {
         anyhow::bail!("a PostgreSQL target");
@@ -157,6 +198,9 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
             let mut w = spec(t, Role::Worker, &deliveries);
             w.args.extend(["--handler-ms".into(), HANDLER_MS.into()]);
             w.netns = Some(h.ns.clone());
+            if own_pools {
+                w.args.push("--own-pool".into());
+            }
             w
         })
         .collect();
@@ -218,12 +262,17 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
     // Cuts: one worker's link down for three leases while it runs handlers.
     let mut recovered = Duration::ZERO;
     let mut fenced_total = 0;
+    let mut cuts_made = 0;
     for cut in 0..cuts {
         pump_all(&mut children, &mut ledger, Duration::from_millis(500))?;
         let victim = 1 + cut as usize % WORKERS;
         let (who, pid) = (children[victim].life, children[victim].pid());
         let fenced_before = children[victim].fenced.load(Ordering::Relaxed);
         let host = &hosts[victim - 1];
+        // Slow before it is cut: each of its transactions takes several round trips, so the
+        // cut finds it inside one (whose row locks the server keeps until it ends the session).
+        host.degrade.delay_ms.store(DELAY_MS, Ordering::Relaxed);
+        pump_all(&mut children, &mut ledger, Duration::from_millis(300))?;
         // What it holds at any moment of the cut may run twice: a claim it sent as the link
         // went down leases events to it that it never hears of.
         let mut held = crate::view::held_by_pid(&target, pid)?;
@@ -235,7 +284,7 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         // The others take its events over once its leases have run out (a worker may hold
         // many: claimed ahead, and finished but not yet recorded over the slow link). The link
         // stays down for at least three leases, and until they are all taken over.
-        let taken = until(&mut children, &mut ledger, TAKEOVER_LIMIT, || {
+        let taken = until(&mut children, &mut ledger, takeover_limit, || {
             let now_held = crate::view::held_by_pid(&target, pid)?;
             let empty = now_held.is_empty();
             held.extend(now_held);
@@ -248,10 +297,11 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
             Some(t) => recovered = recovered.max(t),
             None => violations.push(format!(
                 "cut {cut}: the cut-off worker's {held_at_cut} events were not all taken over within {} s (leases {LEASE_MS} ms)",
-                TAKEOVER_LIMIT.as_secs()
+                takeover_limit.as_secs()
             )),
         }
         held.extend(crate::view::held_by_pid(&target, pid)?);
+        host.degrade.delay_ms.store(0, Ordering::Relaxed);
         host.link(true)?;
         verbose(&format!("cut {cut}: life {who} back"));
         // It goes on by itself: handles events again.
@@ -278,13 +328,21 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
                 "cut {cut}: worker life {who} handled nothing within 30 s of its link returning"
             ));
         }
+        if own_pools && taken.is_none() {
+            cuts_made = cut + 1;
+            notes.push(format!(
+                "cut {cut}: life {who}'s {held_at_cut} events not taken over"
+            ));
+            break;
+        }
+        cuts_made = cut + 1;
         notes.push(format!(
             "cut {cut}: life {who} cut off holding {held_at_cut} events, taken over in {}, {fenced} late outcomes refused, handling again {} after the link returned",
             taken.map_or("—".into(), |t| format!("{:.1} s", t.as_secs_f64())),
             back.map_or("—".into(), |t| format!("{:.1} s", t.as_secs_f64()))
         ));
     }
-    if fenced_total == 0 {
+    if fenced_total == 0 && !own_pools {
         violations
             .push("no late outcome of a cut-off worker was refused (fencing) in any cut".into());
     }
@@ -306,8 +364,8 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         true,
         violations,
     )?;
-    row.cycles = cuts;
-    row.faults = cuts + 1;
+    row.cycles = cuts_made;
+    row.faults = cuts_made + 1;
     row.recovered = Some(recovered);
     for n in notes {
         row.notes += &format!("; {n}");
