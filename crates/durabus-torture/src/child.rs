@@ -92,6 +92,15 @@ pub struct ChildArgs {
     /// sessions lack the server-side limits for a client that vanishes.
     #[arg(long)]
     pub own_pool: bool,
+    /// The soak's operator work, this often in milliseconds (0: never): a replay of the last
+    /// 5 s to a handler that does nothing (the delivery log is left alone), a metrics scrape,
+    /// and the reads the admin API makes (dead letters, history, failure groups).
+    #[arg(long, default_value_t = 0)]
+    pub extras_every_ms: u64,
+    /// The bulk retries take only dead letters that died within this many milliseconds (0:
+    /// every pending one): a long run retries each a bounded number of times.
+    #[arg(long, default_value_t = 0)]
+    pub bulk_window_ms: u64,
 }
 
 /// Every handler's time limit.
@@ -226,8 +235,9 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
     say(format_args!("S {recovered}"));
     if args.bulk_every_ms > 0 {
         let (bus, every) = (bus.clone(), Duration::from_millis(args.bulk_every_ms));
+        let window = Duration::from_millis(args.bulk_window_ms);
         tokio::spawn(async move {
-            let request = durabus::BulkRequest {
+            let mut request = durabus::BulkRequest {
                 filter: durabus::DeadLetterFilter {
                     status: vec![durabus::DeadLetterStatus::Pending],
                     ..durabus::DeadLetterFilter::default()
@@ -238,11 +248,20 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
             let actor = durabus::Actor::new("torture", durabus::ActorKind::Library);
             loop {
                 tokio::time::sleep(every).await;
+                if !window.is_zero() {
+                    request.filter.created_from = Some(bus.clock().now().minus(window));
+                }
                 if let Err(e) = bus.dead_letters().submit(&request, &actor).await {
                     eprintln!("bulk retry not submitted: {e}");
                 }
             }
         });
+    }
+    if args.extras_every_ms > 0 {
+        tokio::spawn(operator_work(
+            bus.clone(),
+            Duration::from_millis(args.extras_every_ms),
+        ));
     }
     match args.role {
         Role::Both | Role::Publisher => publish(&bus, &target, &args).await,
@@ -475,4 +494,37 @@ async fn drain(bus: &EventBus, wait_file: Option<&std::path::Path>) -> anyhow::R
     }
     say(format_args!("D"));
     Ok(())
+}
+
+/// What operators do to a running bus, every `every`: replay the last 5 s to a handler that
+/// does nothing, scrape the metrics, list dead letters, history and failure groups. Failures
+/// go to standard error (shown with `TORTURE_VERBOSE`); the soak judges the process by its
+/// resources.
+async fn operator_work(bus: EventBus, every: Duration) {
+    let actor = durabus::Actor::new("torture", durabus::ActorKind::Library);
+    let hooks = durabus::ReplayHooks::new().handler(|_e: Event| async { Ok(()) });
+    loop {
+        tokio::time::sleep(every).await;
+        let now = bus.clock().now();
+        let request = durabus::ReplayRequest::new(durabus::ReplaySelection::range(
+            now.minus(Duration::from_secs(5)),
+            Some(now),
+        ))
+        .rate_limit(20_000);
+        if let Err(e) = bus.replays().replay(&request, &actor, &hooks).await {
+            eprintln!("replay failed: {e}");
+        }
+        if let Err(e) = bus.metrics_text().await {
+            eprintln!("scrape failed: {e}");
+        }
+        if let Err(e) = bus.dlq().list(durabus::Page::default()).await {
+            eprintln!("dead-letter list failed: {e}");
+        }
+        if let Err(e) = bus.history().list(durabus::EventQuery::default()).await {
+            eprintln!("history list failed: {e}");
+        }
+        if let Err(e) = bus.dead_letters().groups(50).await {
+            eprintln!("failure groups failed: {e}");
+        }
+    }
 }

@@ -129,6 +129,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::load::run,
     ),
     (
+        "sqlite-soak",
+        Needs::Nothing,
+        "SQLite: 2 minutes (an hour in the long form) of mixed load and operator work; resources bounded",
+        scenario::soak::sqlite,
+    ),
+    (
         "pg-clean",
         Needs::Postgres,
         "PostgreSQL, 3 workers and a publisher, no faults: every event handled exactly once",
@@ -181,6 +187,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         Needs::Postgres,
         "Self-test: the same with workers on plain pools of their own; passes if the blocked takeover is caught",
         scenario::pg_partition::own_pools,
+    ),
+    (
+        "pg-soak",
+        Needs::Postgres,
+        "PostgreSQL: 2 minutes (an hour in the long form) of mixed load and operator work; resources bounded",
+        scenario::soak::postgres,
     ),
     (
         "pg-restart",

@@ -11,6 +11,7 @@ pub mod pg_kill;
 pub mod pg_partition;
 pub mod pg_skew;
 pub mod pg_stall;
+pub mod soak;
 pub mod sqlite_kill;
 pub mod storage;
 
