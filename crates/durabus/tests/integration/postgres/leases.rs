@@ -134,3 +134,86 @@ async fn a_worker_never_takes_back_an_event_it_is_still_delivering() {
     a.close().await.unwrap();
     drop_schema(&schema).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_answered_late_counts_its_leases_from_when_it_returns() {
+    if !pg_available().await {
+        return;
+    }
+    let schema = unique_schema();
+    let clock = ManualClock::default();
+    // A 40 ms lease: a claim that takes 10 ms or more to answer is late.
+    let store = leasing(&schema, Duration::from_millis(40)).await;
+    let e = NewEvent::new("x.late", &1).unwrap();
+    let id = e.id;
+    store
+        .insert(vec![e], InsertMode::Pending, clock.now())
+        .await
+        .unwrap();
+    // Another session holds the table for 60 ms: the claim waits for it on the server, as a
+    // claim held up in the network would, and its leases would be over when it returns.
+    let admin = admin().await;
+    let mut locker = admin.begin().await.unwrap();
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "LOCK TABLE \"{schema}\".events IN ACCESS EXCLUSIVE MODE"
+    )))
+    .execute(&mut *locker)
+    .await
+    .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        locker.commit().await.unwrap();
+    });
+    let claimed = store.claim_due(clock.now(), 10).await.unwrap();
+    release.await.unwrap();
+    assert_eq!(claimed.len(), 1, "the event is still this worker's");
+    assert_eq!(claimed[0].id, id);
+    let (expires,): (i64,) = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT lease_expires_at FROM \"{schema}\".events WHERE id = $1"
+    )))
+    .bind(id.0)
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    // Renewed from when the answer came (60 ms or more after the claim's time), not from
+    // the claim's time.
+    let from_claim = expires - clock.now().as_millis();
+    assert!(
+        from_claim >= 40 + 60,
+        "lease ends {from_claim} ms after the claim's time"
+    );
+    store.close().await.unwrap();
+    admin.close().await;
+    drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_client_s_session_ends_after_a_lease() {
+    if !pg_available().await {
+        return;
+    }
+    // The server ends a session of the store's whose transaction idles, or whose client stops
+    // acknowledging data, after a lease (within 2 s and 60 s), so a worker cut off inside a
+    // transaction does not keep its events locked from the others.
+    for (lease, idle, tcp) in [
+        (1, "2s", "2000"),
+        (30, "30s", "30000"),
+        (300, "1min", "60000"),
+    ] {
+        let schema = unique_schema();
+        let store = leasing(&schema, Duration::from_secs(lease)).await;
+        for (setting, want) in [
+            ("idle_in_transaction_session_timeout", idle),
+            ("tcp_user_timeout", tcp),
+        ] {
+            let (value,): (String,) = sqlx::query_as("SELECT current_setting($1)")
+                .bind(setting)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+            assert_eq!(value, want, "{setting} with a {lease} s lease");
+        }
+        store.close().await.unwrap();
+        drop_schema(&schema).await;
+    }
+}
