@@ -20,6 +20,7 @@ mod error;
 mod events;
 pub mod gauges;
 mod heartbeat;
+mod hosts;
 mod insert;
 mod jobs;
 mod keys;
@@ -96,6 +97,8 @@ pub struct PgStore {
     listener: Mutex<Option<JoinHandle<()>>>,
     /// The lease heartbeat, started by [`StoreLifecycle::start_background`].
     heartbeat: Mutex<Option<JoinHandle<()>>>,
+    /// With a URL of several servers: keeps the pool on one that suits (see `hosts`).
+    follower: Mutex<Option<JoinHandle<()>>>,
     /// Where the listener's and the heartbeat's errors go besides `tracing`.
     hook: crate::hook::ErrorHook,
     /// Whether the pool is the store's own (closed with it) or the application's.
@@ -141,6 +144,15 @@ impl PgStore {
     /// and migrating it (safe when many workers start at once). Fails with
     /// [`Error::Unavailable`] when PostgreSQL cannot be reached within
     /// [`PgOptions::acquire_timeout`].
+    ///
+    /// For a primary with standbys, `url` may list several servers, as libpq takes them:
+    /// `postgres://user@db1:5432,db2:5432/app?target_session_attrs=read-write` (or `primary`,
+    /// or `any`, the default). The store uses the first server of the list that suits, and
+    /// while it is open checks every 250 ms that the server still does: when it died or became
+    /// a standby, the store moves its connections to the first server that suits then (a
+    /// promoted standby). Statements in flight at the moment of a failover fail (nothing they
+    /// wrote is acknowledged); the next ones go to the new primary. See the operations guide
+    /// for what a failover keeps and loses.
     pub async fn connect(url: &str, options: PgOptions) -> Result<PgStore> {
         validate_schema(&options.schema)?;
         if options.lease < Duration::from_millis(30) {
@@ -166,22 +178,51 @@ impl PgStore {
         };
         let worker = worker_identity();
         let schema = options.schema.clone();
-        let connect: PgConnectOptions = url
-            .parse()
-            .map_err(|e: sqlx::Error| bad_url(e.to_string()))?;
         // Operators (and tests) find a worker's connections by name in pg_stat_activity.
         let name: String = format!("durabus {schema} {worker}")
             .chars()
             .take(63)
             .collect();
+        let ours = |c: PgConnectOptions| {
+            c.application_name(&name)
+                .options(session_timeouts(options.lease))
+        };
+        // A list of servers: the first that suits, followed while the store is open.
+        let hosts = hosts::parse(url).map_err(bad_url)?.map(|mut h| {
+            h.candidates = h.candidates.into_iter().map(ours).collect();
+            h
+        });
+        let (connect, found) = match &hosts {
+            Some(h) => {
+                let (i, probe) = h
+                    .find()
+                    .await
+                    .map_err(|why| Error::Unavailable { source: why.into() })?;
+                (h.candidates[i].clone(), Some((i, probe)))
+            }
+            None => {
+                let c: PgConnectOptions = url
+                    .parse()
+                    .map_err(|e: sqlx::Error| bad_url(e.to_string()))?;
+                (ours(c), None)
+            }
+        };
+        let need = hosts.as_ref().map_or(hosts::Need::Any, |h| h.need);
+        let moved = Arc::new(hosts::Moved::default());
+        let stale = moved.clone();
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
             .acquire_timeout(options.acquire_timeout)
             // Not a ping before every statement: only where a connection may have broken
             // while idle (see `liveness`).
             .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
+            .before_acquire(move |conn, meta| {
+                // Opened to the server the pool used before it moved (see `hosts`).
+                let predates = stale.predates(meta.age);
                 Box::pin(async move {
+                    if predates {
+                        return Ok(false);
+                    }
                     if liveness::must_ping(meta.idle_for)
                         && let Err(e) = sqlx::Connection::ping(conn).await
                     {
@@ -192,17 +233,33 @@ impl PgStore {
                     Ok(true)
                 })
             })
-            .connect_with(
-                connect
-                    .application_name(&name)
-                    .options(session_timeouts(options.lease)),
-            )
+            // With `target_session_attrs`, a server that became a standby is refused.
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if hosts::suits(conn, need).await? {
+                        Ok(())
+                    } else {
+                        Err(sqlx::Error::Protocol(
+                            "the server is read-only (a standby?) and the URL's target_session_attrs asks for one that is not".into(),
+                        ))
+                    }
+                })
+            })
+            .connect_with(connect)
             .await
             .map_err(|e| match e {
                 sqlx::Error::Configuration(c) => bad_url(c.to_string()),
                 other => Error::from(other),
             })?;
-        PgStore::with_pool(pool, options, worker, true).await
+        let follower = match (hosts, found) {
+            (Some(hosts), Some((current, probe))) => {
+                Some(hosts::follow(pool.clone(), hosts, current, probe, moved))
+            }
+            _ => None,
+        };
+        let store = PgStore::with_pool(pool, options, worker, true).await?;
+        *lock(&store.follower) = follower.map(tokio::spawn);
+        Ok(store)
     }
 
     /// A store on the application's own pool (no second pool is opened): durabus's statements
@@ -302,6 +359,7 @@ impl PgStore {
             closed: AtomicBool::new(false),
             listener: Mutex::new(listener),
             heartbeat: Mutex::new(None),
+            follower: Mutex::new(None),
             hook,
             owns_pool,
             clock,
@@ -425,9 +483,13 @@ impl StoreLifecycle for PgStore {
                 return Ok(());
             }
             drop(lock(&self.inserts).take());
-            for task in [lock(&self.listener).take(), lock(&self.heartbeat).take()]
-                .into_iter()
-                .flatten()
+            for task in [
+                lock(&self.listener).take(),
+                lock(&self.heartbeat).take(),
+                lock(&self.follower).take(),
+            ]
+            .into_iter()
+            .flatten()
             {
                 task.abort();
             }

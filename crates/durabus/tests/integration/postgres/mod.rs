@@ -4,6 +4,7 @@
 //! suite. Each test has its own schema. Unreachable PostgreSQL: skipped, or failed with CI=true.
 
 mod clock;
+mod failover;
 mod faults;
 mod leases;
 mod pool;
@@ -132,6 +133,8 @@ struct Proxy {
     port: u16,
     up: Arc<AtomicBool>,
     conns: Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    /// Connections passed through so far.
+    opened: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Proxy {
@@ -140,13 +143,15 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let up = Arc::new(AtomicBool::new(true));
         let conns = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (u, c) = (up.clone(), conns.clone());
+        let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (u, c, o) = (up.clone(), conns.clone(), opened.clone());
         tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if !u.load(Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
+                o.fetch_add(1, Ordering::SeqCst);
                 let target = target.clone();
                 let task = tokio::spawn(async move {
                     if let Ok(mut server) = tokio::net::TcpStream::connect(target).await {
@@ -156,7 +161,16 @@ impl Proxy {
                 c.lock().unwrap().push(task);
             }
         });
-        Proxy { port, up, conns }
+        Proxy {
+            port,
+            up,
+            conns,
+            opened,
+        }
+    }
+
+    fn opened(&self) -> usize {
+        self.opened.load(Ordering::SeqCst)
     }
 
     fn cut(&self) {
