@@ -296,8 +296,13 @@ async fn publish(bus: &EventBus, target: &Target, args: &ChildArgs) -> anyhow::R
         args.mix
     );
     let counter = Arc::new(AtomicU64::new(0));
-    // The application's own pool, for outbox writes in its own transactions.
+    // The application's own pool, for outbox writes in its own transactions; with several
+    // servers (the failover scenario), the store's, which follows the primary.
     let pool = match target {
+        Target::Postgres { url, .. } if url.contains(',') => match bus.store().backend() {
+            durabus::Backend::Postgres(store) => Some(store.pool().clone()),
+            _ => None,
+        },
         Target::Postgres { url, .. } => Some(
             durabus::sqlx::postgres::PgPoolOptions::new()
                 .max_connections(args.publishers as u32)

@@ -189,6 +189,24 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         scenario::pg_partition::own_pools,
     ),
     (
+        "pg-failover",
+        Needs::Postgres,
+        "PostgreSQL: a synchronous standby of its own; the primary killed under load, the standby promoted",
+        scenario::pg_failover::run,
+    ),
+    (
+        "pg-failover-async",
+        Needs::Postgres,
+        "The same with asynchronous replication: what it loses is measured, not judged",
+        scenario::pg_failover::asynchronous,
+    ),
+    (
+        "pg-failover-async-lag",
+        Needs::Postgres,
+        "Self-test: the asynchronous standby held a second behind at the kill; passes if the loss is caught",
+        scenario::pg_failover::lagging,
+    ),
+    (
         "pg-soak",
         Needs::Postgres,
         "PostgreSQL: 2 minutes (an hour in the long form) of mixed load and operator work; resources bounded",

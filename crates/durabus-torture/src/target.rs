@@ -116,3 +116,53 @@ impl Target {
 pub const SLOTS: usize = 8;
 /// Events a child's bus claims beyond its free slots.
 pub const PREFETCH: usize = 4;
+
+/// A small pool on `url` for the suite's own reads. A URL of several servers
+/// (`host1:port1,host2:port2`, as in the failover scenario) is read on the first that is not
+/// a standby.
+pub async fn pg_pool(url: &str) -> anyhow::Result<durabus::sqlx::PgPool> {
+    let options = || durabus::sqlx::postgres::PgPoolOptions::new().max_connections(2);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(options().connect(url).await?);
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (user, list) = match authority.rsplit_once('@') {
+        Some((u, l)) => (format!("{u}@"), l),
+        None => (String::new(), authority),
+    };
+    if !list.contains(',') {
+        return Ok(options().connect(url).await?);
+    }
+    // The one parameter sqlx does not take.
+    let (path, query) = tail.split_once('?').unwrap_or((tail, ""));
+    let query: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("target_session_attrs="))
+        .collect();
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", query.join("&"))
+    };
+    let mut why = Vec::new();
+    for host in list.split(',') {
+        let one = format!("{scheme}://{user}{host}{path}{query}");
+        // A server that is down refuses at once; sqlx would try again for 30 s.
+        let attempt = options().acquire_timeout(Duration::from_secs(2));
+        match attempt.connect(&one).await {
+            Ok(pool) => {
+                let standby: bool = durabus::sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                    .fetch_one(&pool)
+                    .await?;
+                if !standby {
+                    return Ok(pool);
+                }
+                pool.close().await;
+                why.push(format!("{host}: a standby"));
+            }
+            Err(e) => why.push(format!("{host}: {e}")),
+        }
+    }
+    bail!("no primary among {list}: {}", why.join("; "))
+}

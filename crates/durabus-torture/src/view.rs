@@ -115,7 +115,7 @@ pub fn processing(target: &Target) -> anyhow::Result<std::collections::HashSet<E
                 .enable_all()
                 .build()?;
             rt.block_on(async {
-                let pool = durabus::sqlx::PgPool::connect(url).await?;
+                let pool = crate::target::pg_pool(url).await?;
                 let rows: Vec<(uuid::Uuid,)> =
                     durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
                         "SELECT id FROM {schema}.events WHERE status = 'processing'"
@@ -141,7 +141,7 @@ pub fn held_by_pid(
         .enable_all()
         .build()?;
     rt.block_on(async {
-        let pool = durabus::sqlx::PgPool::connect(url).await?;
+        let pool = crate::target::pg_pool(url).await?;
         let rows: Vec<(uuid::Uuid,)> =
             durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
                 "SELECT id FROM {schema}.events

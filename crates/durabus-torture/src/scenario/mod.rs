@@ -1,11 +1,13 @@
 //! The scenarios, each returning one row of the suite's table.
 
+pub mod cluster;
 pub mod common;
 pub mod failpoints;
 pub mod handlers;
 pub mod hostile;
 pub mod load;
 pub mod netns;
+pub mod pg_failover;
 pub mod pg_full;
 pub mod pg_kill;
 pub mod pg_partition;
