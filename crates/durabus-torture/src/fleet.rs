@@ -218,6 +218,16 @@ impl Child {
     }
 }
 
+/// A scenario that fails half-way leaves no child running behind it.
+impl Drop for Child {
+    fn drop(&mut self) {
+        if matches!(self.proc.try_wait(), Ok(None)) {
+            let _ = self.proc.kill();
+            let _ = self.proc.wait();
+        }
+    }
+}
+
 fn end_of(status: std::process::ExitStatus) -> End {
     match (status.code(), status.signal()) {
         (Some(code), _) => End::Exited(code),

@@ -154,3 +154,24 @@ pub fn held_by_pid(
         Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
     })
 }
+
+/// The events a PostgreSQL store holds unfinished (neither done nor dead-lettered).
+pub fn unfinished(target: &Target) -> anyhow::Result<std::collections::HashSet<EventId>> {
+    let Target::Postgres { url, schema } = target else {
+        anyhow::bail!("PostgreSQL only");
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let pool = crate::target::pg_pool(url).await?;
+        let rows: Vec<(uuid::Uuid,)> =
+            durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM {schema}.events WHERE status NOT IN ('done', 'dlq', 'cancelled')"
+            )))
+            .fetch_all(&pool)
+            .await?;
+        pool.close().await;
+        Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
+    })
+}

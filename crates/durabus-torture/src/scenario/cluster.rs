@@ -120,7 +120,13 @@ impl Cluster {
             .arg("-l")
             .arg(node.data.with_extension("log"))
             .args(["-w", "-t", "60", "start"]);
-        self.run("starting a server", c)
+        self.run("starting a server", c).map_err(|e| {
+            // What the server said is in its log.
+            let log = std::fs::read_to_string(node.data.with_extension("log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            e.context(format!("port {}: {}", node.port, tail.join(" / ")))
+        })
     }
 
     fn make(&self, replication: Replication) -> anyhow::Result<()> {
@@ -243,6 +249,30 @@ impl Cluster {
         Command::new("kill")
             .args([&format!("-{signal}"), &receiver.to_string()])
             .status()?;
+        Ok(())
+    }
+
+    /// Waits until the standby has replayed all the write-ahead log it holds (the primary is
+    /// gone, so nothing new arrives): it accepts reads before that, once consistent, and may
+    /// still be replaying what came after.
+    pub fn settle_standby(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (mut last, mut same) = (String::new(), 0);
+        while same < 3 {
+            if Instant::now() > deadline {
+                bail!("the standby's replay did not settle within 60 s (at {last:?})");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            let Ok(lsn) = self.sql_on(self.standby.port, "SELECT pg_last_wal_replay_lsn()") else {
+                same = 0;
+                continue;
+            };
+            if lsn == last && !lsn.is_empty() {
+                same += 1;
+            } else {
+                (last, same) = (lsn, 0);
+            }
+        }
         Ok(())
     }
 

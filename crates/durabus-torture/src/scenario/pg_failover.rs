@@ -65,6 +65,8 @@ struct Cycle {
     after_promotion: Option<Duration>,
     /// Publishes refused between the kill and the resumption.
     refused: usize,
+    /// Events a handler had run whose claim the standby did not have.
+    claims_lost: usize,
 }
 
 fn failover(s: &Settings, mode: Mode) -> anyhow::Result<Row> {
@@ -105,13 +107,14 @@ fn failover(s: &Settings, mode: Mode) -> anyhow::Result<Row> {
             resumed = resumed.max(t);
         }
         notes.push(format!(
-            "failover {cycle}: {}; publishing resumed {} after the kill ({} after the promotion), {} publishes refused meanwhile",
+            "failover {cycle}: {}; publishing resumed {} after the kill ({} after the promotion), {} publishes refused meanwhile, {} events run whose claim the standby lacked",
             row.notes,
             c.resumed
                 .map_or("—".to_owned(), |t| format!("{:.2} s", t.as_secs_f64())),
             c.after_promotion
                 .map_or("—".to_owned(), |t| format!("{:.2} s", t.as_secs_f64())),
-            c.refused
+            c.refused,
+            c.claims_lost
         ));
     }
     total.recovered = Some(resumed);
@@ -193,12 +196,26 @@ fn one(s: &Settings, cluster: &Cluster, mode: Mode, cycle: u64) -> anyhow::Resul
         cluster.signal_wal_receiver("KILL")?;
     }
     pump_all(&mut children, &mut ledger, PROMOTE_AFTER)?;
-    // Everything in flight when the primary died, as the standby has it: no worker can claim
-    // or finish anything there before it is promoted.
-    held.extend(crate::view::processing(&Target::Postgres {
+    // Everything in flight when the primary died: what the standby has `processing` (no
+    // worker can claim or finish anything there before it is promoted), and what a handler
+    // ran that the standby has unfinished. A claim commits without waiting for its flush
+    // (nor, so, for the standby): a claim of the last moments may be missing there, its
+    // event still pending, and the outcome the worker then failed to write is lost with the
+    // primary; the event runs again after the promotion (at least once).
+    cluster.settle_standby()?;
+    let standby = Target::Postgres {
         url: cluster.standby_url(),
         schema: "torture_failover".into(),
-    })?);
+    };
+    let processing = crate::view::processing(&standby)?;
+    let ran = ran_ok(&deliveries)?;
+    let unclaimed: HashSet<durabus::EventId> = crate::view::unfinished(&standby)?
+        .into_iter()
+        .filter(|id| ran.contains(id) && !processing.contains(id))
+        .collect();
+    let claims_lost = unclaimed.len();
+    held.extend(processing);
+    held.extend(unclaimed);
     cluster.promote()?;
     let promoted_at = Instant::now();
     let acked_at_promotion = ledger.acked.len();
@@ -214,6 +231,7 @@ fn one(s: &Settings, cluster: &Cluster, mode: Mode, cycle: u64) -> anyhow::Resul
         resumed: done.map(|t| t - killed_at),
         after_promotion: done.map(|t| t - promoted_at),
         refused: refused(&children) - refused_before,
+        claims_lost,
     };
     if c.resumed.is_none() {
         violations.push("publishing did not resume within 60 s of the promotion".into());
@@ -250,4 +268,23 @@ fn refused(children: &[crate::fleet::Child]) -> usize {
         .flat_map(|c| &c.signals)
         .filter(|s| matches!(s, crate::ledger::Signal::Refused(_)))
         .count()
+}
+
+/// The events a handler has run successfully so far, from the delivery log's complete lines
+/// (the children are still writing it).
+fn ran_ok(deliveries: &std::path::Path) -> anyhow::Result<HashSet<durabus::EventId>> {
+    let text = match std::fs::read_to_string(deliveries) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
+    Ok(complete
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split(' ');
+            let (_life, id, ok) = (parts.next()?, parts.next()?, parts.next()?);
+            (ok == "ok").then(|| id.parse().ok()).flatten()
+        })
+        .collect())
 }
