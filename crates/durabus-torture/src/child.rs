@@ -101,6 +101,10 @@ pub struct ChildArgs {
     /// every pending one): a long run retries each a bounded number of times.
     #[arg(long, default_value_t = 0)]
     pub bulk_window_ms: u64,
+    /// The soak's broken variant: keep this many more KiB of memory every second (0: none), a
+    /// leak the soak's judge must catch.
+    #[arg(long, default_value_t = 0)]
+    pub leak_kib_per_s: usize,
 }
 
 /// Every handler's time limit.
@@ -262,6 +266,17 @@ async fn main(args: ChildArgs) -> anyhow::Result<()> {
             bus.clone(),
             Duration::from_millis(args.extras_every_ms),
         ));
+    }
+    if args.leak_kib_per_s > 0 {
+        let kib = args.leak_kib_per_s;
+        tokio::spawn(async move {
+            let mut kept = Vec::new();
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                // Written, so the pages count in the resident set.
+                kept.push(vec![1u8; kib * 1024]);
+            }
+        });
     }
     match args.role {
         Role::Both | Role::Publisher => publish(&bus, &target, &args).await,

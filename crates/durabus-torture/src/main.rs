@@ -28,6 +28,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process: the size of the child's arguments does not matter.
+#[allow(clippy::large_enum_variant)]
 enum Cmd {
     /// Lists the scenarios.
     List,
@@ -133,6 +135,12 @@ const SCENARIOS: &[(&str, Needs, &str, Scenario)] = &[
         Needs::Nothing,
         "SQLite: 2 minutes (an hour in the long form) of mixed load and operator work; resources bounded",
         scenario::soak::sqlite,
+    ),
+    (
+        "sqlite-soak-leak",
+        Needs::Nothing,
+        "Self-test: a minute of sqlite-soak whose process leaks 4 MiB a second; passes if the judge catches it",
+        scenario::soak::leak,
     ),
     (
         "pg-clean",
