@@ -110,22 +110,11 @@ pub fn processing(target: &Target) -> anyhow::Result<std::collections::HashSet<E
                 .map(|s| Ok(s.parse::<EventId>()?))
                 .collect::<anyhow::Result<_>>()
         }
-        Target::Postgres { url, schema } => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            rt.block_on(async {
-                let pool = crate::target::pg_pool(url).await?;
-                let rows: Vec<(uuid::Uuid,)> =
-                    durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
-                        "SELECT id FROM {schema}.events WHERE status = 'processing'"
-                    )))
-                    .fetch_all(&pool)
-                    .await?;
-                pool.close().await;
-                Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
-            })
-        }
+        Target::Postgres { url, schema } => pg_ids(
+            url,
+            format!("SELECT id FROM {schema}.events WHERE status = 'processing'"),
+            None,
+        ),
     }
 }
 
@@ -137,22 +126,14 @@ pub fn held_by_pid(
     let Target::Postgres { url, schema } = target else {
         anyhow::bail!("leases are PostgreSQL's");
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(async {
-        let pool = crate::target::pg_pool(url).await?;
-        let rows: Vec<(uuid::Uuid,)> =
-            durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM {schema}.events
-                 WHERE status = 'processing' AND lease_owner LIKE '%:' || $1 || ':%'"
-            )))
-            .bind(pid.to_string())
-            .fetch_all(&pool)
-            .await?;
-        pool.close().await;
-        Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
-    })
+    pg_ids(
+        url,
+        format!(
+            "SELECT id FROM {schema}.events
+             WHERE status = 'processing' AND lease_owner LIKE '%:' || $1 || ':%'"
+        ),
+        Some(pid.to_string()),
+    )
 }
 
 /// The events a PostgreSQL store holds unfinished (neither done nor dead-lettered).
@@ -160,17 +141,29 @@ pub fn unfinished(target: &Target) -> anyhow::Result<std::collections::HashSet<E
     let Target::Postgres { url, schema } = target else {
         anyhow::bail!("PostgreSQL only");
     };
+    pg_ids(
+        url,
+        format!("SELECT id FROM {schema}.events WHERE status NOT IN ('done', 'dlq', 'cancelled')"),
+        None,
+    )
+}
+
+/// The ids a statement (with at most one text parameter) returns on PostgreSQL at `url`.
+fn pg_ids(
+    url: &str,
+    sql: String,
+    param: Option<String>,
+) -> anyhow::Result<std::collections::HashSet<EventId>> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     rt.block_on(async {
         let pool = crate::target::pg_pool(url).await?;
-        let rows: Vec<(uuid::Uuid,)> =
-            durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM {schema}.events WHERE status NOT IN ('done', 'dlq', 'cancelled')"
-            )))
-            .fetch_all(&pool)
-            .await?;
+        let mut query = durabus::sqlx::query_as(durabus::sqlx::AssertSqlSafe(sql));
+        if let Some(p) = param {
+            query = query.bind(p);
+        }
+        let rows: Vec<(uuid::Uuid,)> = query.fetch_all(&pool).await?;
         pool.close().await;
         Ok(rows.into_iter().map(|(id,)| EventId(id)).collect())
     })
