@@ -50,8 +50,11 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, changed: Arc<Notify>, mut s
 
 /// Publishes every due tick; returns the earliest next tick of a running definition.
 async fn pass(d: &Dispatcher) -> Result<Option<Timestamp>> {
-    let rows = d.store().periodic_list().await?;
+    // The time first, then the definitions: a pause made before a tick came due is always
+    // seen (read the other way round, a pass could list a definition just before its pause
+    // and then find the clock past the tick).
     let now = d.clock().now();
+    let rows = d.store().periodic_list().await?;
     let mut next: Option<Timestamp> = None;
     for row in rows {
         let Ok(schedule) = row.parsed() else {
