@@ -24,6 +24,14 @@ mod table;
 
 use std::process::ExitCode;
 
+/// The process's allocator: jemalloc. A delivery hands memory from thread to thread (rows the
+/// store's writer read, spans the exporter's thread frees); jemalloc's per-thread caches take
+/// those frees without the arena locking of the C library's malloc, which cost end to end a
+/// quarter of its throughput (`docs/BENCHMARKS.md`, "The allocator").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 
 /// durabus: a persistent event bus. Inspect and operate a durabus database.

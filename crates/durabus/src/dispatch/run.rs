@@ -74,13 +74,16 @@ impl Dispatcher {
             };
             let started = std::time::Instant::now();
             let span = spans::process("deliver", event, sub.info.label());
-            let result =
+            // Pinned here, not moved into the await: the span is read again once the handler
+            // is done, without a second handle to it.
+            let mut run = std::pin::pin!(
                 crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
-                    .instrument(span.clone())
-                    .await;
-            self.give_back(event, sub, held).await;
+                    .instrument(span)
+            );
+            let result = run.as_mut().await;
             let outcome = RunResult::of(&result);
-            spans::ended(&span, outcome);
+            spans::ended(run.as_ref().get_ref().span(), outcome);
+            self.give_back(event, sub, held).await;
             self.telemetry
                 .handler_finished(sub.info.label(), outcome, started.elapsed());
             let at = self.clock.now();

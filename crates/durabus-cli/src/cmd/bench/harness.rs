@@ -34,6 +34,13 @@ impl Bench {
         }
     }
 
+    /// Says what one measurement found, on a terminal run (as [`Bench::say`]).
+    pub fn note(&self, what: &str) {
+        if self.verbose {
+            eprintln!("    {what}");
+        }
+    }
+
     /// A builder on a new, empty database file.
     pub fn builder(&self) -> BusBuilder {
         let n = self.next.fetch_add(1, Ordering::Relaxed);

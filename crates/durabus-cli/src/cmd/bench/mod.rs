@@ -161,6 +161,11 @@ pub struct Report {
     pub otel_layer_eps: f64,
     /// The same with the SDK's simple processor (no batch thread).
     pub otel_simple_eps: f64,
+    /// The median of each back-to-back pair's ratio, layer / none: what is judged, since the
+    /// machine's speed drifts between pairs more than within one.
+    pub otel_layer_ratio: f64,
+    /// The same for the simple processor.
+    pub otel_simple_ratio: f64,
     /// Scheduled events and priorities (the `schedule` group).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedule: Option<schedule::Figures>,
@@ -278,12 +283,19 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
                 let batch = otel::end_to_end(&b, r.events, otel::Tracing::Batch).await?;
                 b.cleanup();
                 let simple = otel::end_to_end(&b, r.events, otel::Tracing::Simple).await?;
+                b.note(&format!(
+                    "pair: none {none:.0}, layer {batch:.0} ({:.2}), simple {simple:.0} ({:.2})",
+                    batch / none.max(1.0),
+                    simple / none.max(1.0)
+                ));
                 Ok((none, batch, simple))
             })
             .await?;
         r.otel_none_eps = median(runs_of.iter().map(|p| p.0).collect());
         r.otel_layer_eps = median(runs_of.iter().map(|p| p.1).collect());
         r.otel_simple_eps = median(runs_of.iter().map(|p| p.2).collect());
+        r.otel_layer_ratio = median(runs_of.iter().map(|p| p.1 / p.0.max(1.0)).collect());
+        r.otel_simple_ratio = median(runs_of.iter().map(|p| p.2 / p.0.max(1.0)).collect());
     }
     if want("latency") {
         b.say("latency, publish to handler start");
