@@ -16,7 +16,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::event::{EventId, EventStatus, NewEvent};
 use crate::published::Published;
 use crate::store::Stored;
-use crate::store::sqlite::{Sql, insert_with_snapshots};
+use crate::store::sqlite::{Sql, insert_with_snapshots, metadata_texts};
 
 /// The payload limit of an [`Outbox`] unless set: the bus's default, 1 MiB.
 const DEFAULT_MAX_PAYLOAD: usize = 1024 * 1024;
@@ -209,10 +209,12 @@ impl Outbox {
         now: crate::Timestamp,
     ) -> Result<Vec<Stored>> {
         let snapshots = self.published.snapshots(events, now)?;
+        let metadata = metadata_texts(events)?;
         insert_with_snapshots(
             conn,
             &self.sql,
             events,
+            &metadata,
             &snapshots,
             EventStatus::Pending,
             now,

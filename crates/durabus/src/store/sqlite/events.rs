@@ -5,8 +5,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::SqliteStore;
 use super::op::WriteOp;
-use super::row_writes::{insert_with_snapshots, of_stored, waiting};
-use super::rows::{event_from_row, json_list};
+use super::row_writes::{insert_with_snapshots, metadata_texts, of_stored, waiting};
+use super::rows::{Undecoded, json_list, undecoded_from_row};
 use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::Result;
@@ -17,6 +17,8 @@ use crate::store::{EventStore, InsertMode, Outcome, Stored};
 
 struct Insert {
     events: Vec<NewEvent>,
+    /// The events' metadata as JSON, written out before the op reaches the writer's thread.
+    metadata: Vec<Option<String>>,
     snapshots: Vec<NewSnapshot>,
     mode: InsertMode,
 }
@@ -29,7 +31,15 @@ impl WriteOp for Insert {
             InsertMode::Pending => EventStatus::Pending,
             InsertMode::Claimed => EventStatus::Processing,
         };
-        let stored = insert_with_snapshots(conn, sql, &self.events, &self.snapshots, status, now)?;
+        let stored = insert_with_snapshots(
+            conn,
+            sql,
+            &self.events,
+            &self.metadata,
+            &self.snapshots,
+            status,
+            now,
+        )?;
         crate::fail_point!("insert.before_commit");
         Ok(stored)
     }
@@ -42,9 +52,9 @@ impl WriteOp for Insert {
 struct Claim(usize);
 
 impl WriteOp for Claim {
-    type Reply = Vec<Event>;
+    type Reply = Vec<Undecoded>;
 
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<Event>> {
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<Undecoded>> {
         // Scheduled events that are due become pending first; then plain indexed SELECTs, by
         // priority (positive, 0, negative), each earliest due first; then an UPDATE per row by
         // key, all in the same write transaction (so atomic).
@@ -59,14 +69,14 @@ impl WriteOp for Claim {
             let mut stmt = conn.prepare_cached(select)?;
             let rows = stmt.query_map(
                 params![now_ms, i64::try_from(room).unwrap_or(i64::MAX)],
-                event_from_row,
+                undecoded_from_row,
             )?;
             for row in rows {
                 events.push(row?);
             }
         }
         let mut update = conn.prepare_cached(&sql.claim_update)?;
-        for e in &mut events {
+        for e in events.iter_mut().map(Undecoded::event_mut) {
             update.execute(params![e.id.to_string(), now_ms])?;
             if e.priority != 0 {
                 // Out of its lane while it runs.
@@ -322,9 +332,11 @@ impl EventStore for SqliteStore {
         mode: InsertMode,
         now: Timestamp,
     ) -> Result<Vec<Stored>> {
+        let metadata = metadata_texts(&events)?;
         self.write(
             Insert {
                 events,
+                metadata,
                 snapshots,
                 mode,
             },
@@ -334,7 +346,12 @@ impl EventStore for SqliteStore {
     }
 
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
-        self.write(Claim(limit), now).await
+        // The rows' JSON is parsed here, off the writer's thread.
+        let rows = self.write(Claim(limit), now).await?;
+        Ok(rows
+            .into_iter()
+            .map(Undecoded::decode)
+            .collect::<rusqlite::Result<_>>()?)
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>> {

@@ -40,7 +40,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::{Notify, oneshot};
 
-pub(crate) use row_writes::insert_with_snapshots;
+pub(crate) use row_writes::{insert_with_snapshots, metadata_texts};
 pub use schema::SCHEMA_VERSION;
 pub use sql::{DEFAULT_PREFIX, validate_prefix};
 #[doc(hidden)]

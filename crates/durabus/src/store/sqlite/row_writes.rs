@@ -21,15 +21,34 @@ pub(crate) fn insert_events(
     status: EventStatus,
     now: Timestamp,
 ) -> Result<Vec<Stored>> {
-    insert_marking(conn, sql, events, status, now, |_| false)
+    let metadata = metadata_texts(events)?;
+    insert_marking(conn, sql, events, &metadata, status, now, |_| false)
 }
 
-/// [`insert_events`], marking the events for which `shared` says their `published` snapshot is
-/// their own stored payload.
+/// Each event's metadata as the JSON text its row stores (`None` for none). The hot path
+/// writes it out before its insert reaches the writer's thread, which every write shares.
+pub(crate) fn metadata_texts(events: &[NewEvent]) -> Result<Vec<Option<String>>> {
+    events
+        .iter()
+        .map(|e| {
+            if e.metadata.is_empty() {
+                Ok(None)
+            } else {
+                serde_json::to_string(&e.metadata)
+                    .map(Some)
+                    .map_err(|err| Error::unserialisable("metadata", &err))
+            }
+        })
+        .collect()
+}
+
+/// [`insert_events`] with the events' [`metadata_texts`], marking the events for which `shared`
+/// says their `published` snapshot is their own stored payload.
 pub(super) fn insert_marking(
     conn: &Connection,
     sql: &Sql,
     events: &[NewEvent],
+    metadata: &[Option<String>],
     status: EventStatus,
     now: Timestamp,
     shared: impl Fn(EventId) -> bool,
@@ -37,19 +56,20 @@ pub(super) fn insert_marking(
     let now_ms = now.as_millis();
     let mut stmt = conn.prepare_cached(&sql.insert)?;
     let mut inserted = Vec::with_capacity(events.len());
-    for e in events {
+    if metadata.len() != events.len() {
+        // Never by construction (every caller takes them from `metadata_texts(events)`); a
+        // zip would drop the events past the shorter list.
+        return Err(Error::invalid(
+            "metadata",
+            format!("{} texts for {} events", metadata.len(), events.len()),
+            "one text per event",
+        ));
+    }
+    for (e, metadata) in events.iter().zip(metadata) {
         if let Some(first) = super::dedup::holder(conn, sql, e, now)? {
             inserted.push(Stored::Duplicate(first));
             continue;
         }
-        let metadata = if e.metadata.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::to_string(&e.metadata)
-                    .map_err(|err| Error::unserialisable("metadata", &err))?,
-            )
-        };
         // A scheduled event waits for its time whatever `status` the caller asked for; an
         // event with an ordering key is never stored claimed (its key may be busy).
         let key = e.options.ordering_key_value();
@@ -130,6 +150,7 @@ pub(crate) fn insert_with_snapshots(
     conn: &Connection,
     sql: &Sql,
     events: &[NewEvent],
+    metadata: &[Option<String>],
     snapshots: &[NewSnapshot],
     status: EventStatus,
     now: Timestamp,
@@ -140,9 +161,11 @@ pub(crate) fn insert_with_snapshots(
             .filter(|s| s.shared)
             .map(|s| s.event_id)
             .collect();
-        insert_marking(conn, sql, events, status, now, |id| shared.contains(&id))?
+        insert_marking(conn, sql, events, metadata, status, now, |id| {
+            shared.contains(&id)
+        })?
     } else {
-        insert_events(conn, sql, events, status, now)?
+        insert_marking(conn, sql, events, metadata, status, now, |_| false)?
     };
     let mut own = snapshots.iter().filter(|s| !s.shared).peekable();
     if own.peek().is_some() {
