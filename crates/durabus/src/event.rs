@@ -237,6 +237,16 @@ impl NewEvent {
         })
     }
 
+    /// The metadata as the JSON text a stored row holds: `None` when there is none.
+    pub(crate) fn metadata_json(&self) -> Result<Option<String>> {
+        if self.metadata.is_empty() {
+            return Ok(None);
+        }
+        serde_json::to_string(&self.metadata)
+            .map(Some)
+            .map_err(|err| Error::unserialisable("metadata", &err))
+    }
+
     /// One of the bus's own `system.*` events (applications cannot make these).
     #[allow(dead_code)]
     pub(crate) fn system<T: Serialize + ?Sized>(event_type: &str, payload: &T) -> Result<NewEvent> {

@@ -90,15 +90,7 @@ pub(super) async fn insert_rows(
     let metadata = rows
         .events
         .iter()
-        .map(|e| {
-            if e.metadata.is_empty() {
-                Ok(None)
-            } else {
-                serde_json::to_string(&e.metadata)
-                    .map(Some)
-                    .map_err(|err| Error::unserialisable("metadata", &err))
-            }
-        })
+        .map(|e| e.metadata_json())
         .collect::<Result<Vec<_>>>()?;
     let due: Vec<Option<i64>> = rows
         .events

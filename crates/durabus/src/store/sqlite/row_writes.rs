@@ -28,18 +28,7 @@ pub(crate) fn insert_events(
 /// Each event's metadata as the JSON text its row stores (`None` for none). The hot path
 /// writes it out before its insert reaches the writer's thread, which every write shares.
 pub(crate) fn metadata_texts(events: &[NewEvent]) -> Result<Vec<Option<String>>> {
-    events
-        .iter()
-        .map(|e| {
-            if e.metadata.is_empty() {
-                Ok(None)
-            } else {
-                serde_json::to_string(&e.metadata)
-                    .map(Some)
-                    .map_err(|err| Error::unserialisable("metadata", &err))
-            }
-        })
-        .collect()
+    events.iter().map(NewEvent::metadata_json).collect()
 }
 
 /// [`insert_events`] with the events' [`metadata_texts`], marking the events for which `shared`
