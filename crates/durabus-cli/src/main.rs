@@ -239,8 +239,49 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("durabus: {e:#}");
+            eprintln!("durabus: {}", report(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `e` and its causes joined by `: `, leaving out a cause whose text the message already holds
+/// (several library errors write their source into their own text, and `{:#}` would print it
+/// twice).
+fn report(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let unavailable = durabus::Error::Unavailable {
+            source: "no connection became available in time".into(),
+        };
+        let text = report(&anyhow::Error::new(unavailable));
+        assert_eq!(
+            text.matches("no connection became available in time")
+                .count(),
+            1,
+            "{text}"
+        );
+        assert!(text.starts_with("the database is unavailable"), "{text}");
+    }
+
+    #[test]
+    fn causes_not_in_the_message_are_kept() {
+        let e = anyhow::anyhow!("disk full").context("writing the report");
+        assert_eq!(report(&e), "writing the report: disk full");
     }
 }
