@@ -101,7 +101,23 @@ impl EventStore for PgStore {
                 if row.try_get::<bool, _>("reclaimed")? {
                     reclaimed += 1;
                 }
-                events.push(rows::event(row)?);
+                // A row that does not decode (written by hand, say) is left out and logged, and
+                // no longer held: the others are delivered, and its lease runs out once they are
+                // done (the heartbeat renews a claim's lease token while any of it is held).
+                match rows::event(row) {
+                    Ok(event) => events.push(event),
+                    Err(e) => {
+                        let id = row.try_get::<Uuid, _>("id").ok();
+                        if let Some(id) = id {
+                            self.held().remove(&EventId(id));
+                        }
+                        tracing::error!(
+                            event_id = ?id,
+                            error = %e,
+                            "a claimed event's row could not be read; it is not delivered, and is claimed again when its lease runs out"
+                        );
+                    }
+                }
             }
             if reclaimed > 0 {
                 tracing::warn!(

@@ -346,12 +346,23 @@ impl EventStore for SqliteStore {
     }
 
     async fn claim_due(&self, now: Timestamp, limit: usize) -> Result<Vec<Event>> {
-        // The rows' JSON is parsed here, off the writer's thread.
+        // The rows' JSON is parsed here, off the writer's thread. A row that does not decode
+        // (written by hand, say) is left out and logged: it stays claimed until the next start's
+        // recovery, and the others are delivered.
         let rows = self.write(Claim(limit), now).await?;
-        Ok(rows
-            .into_iter()
-            .map(Undecoded::decode)
-            .collect::<rusqlite::Result<_>>()?)
+        let mut events = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id = row.id();
+            match row.decode() {
+                Ok(event) => events.push(event),
+                Err(e) => tracing::error!(
+                    event_id = %id,
+                    error = %e,
+                    "a claimed event's row could not be read; it is not delivered and stays claimed until the bus restarts"
+                ),
+            }
+        }
+        Ok(events)
     }
 
     async fn next_due(&self) -> Result<Option<Timestamp>> {

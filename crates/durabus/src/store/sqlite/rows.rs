@@ -58,6 +58,11 @@ impl Undecoded {
         &mut self.event
     }
 
+    /// The event's id (readable whether its JSON columns are or not).
+    pub fn id(&self) -> crate::event::EventId {
+        self.event.id
+    }
+
     /// The event, its JSON columns parsed.
     pub fn decode(self) -> rusqlite::Result<Event> {
         Ok(Event {

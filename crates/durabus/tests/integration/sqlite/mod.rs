@@ -6,6 +6,7 @@ mod locks;
 mod memory;
 mod schema;
 mod snapshots;
+mod unreadable;
 
 use std::time::{Duration, Instant};
 
