@@ -9,7 +9,7 @@ use anyhow::Context;
 use durabus::pattern::{Pattern, is_system_type};
 use durabus::{
     BreakerConfig, Event, EventId, EventStatus, MetricsSnapshot, NewEvent, RetryPolicy,
-    StatusCount, SubscribeOptions, SubscriptionBreaker,
+    SchedulerConfig, StatusCount, SubscribeOptions, SubscriptionBreaker,
 };
 use serde::Serialize;
 
@@ -110,6 +110,13 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
             backoff_multiplier: 2.0,
         })
         .poll_interval(Duration::from_millis(50))
+        // No maintenance jobs: a demo that ran across a quarter hour or five minutes would
+        // otherwise send its dead letter back (auto retry) or keep a statistics snapshot of
+        // half its events, and what it prints would depend on the clock.
+        .scheduler(SchedulerConfig {
+            enabled: false,
+            ..SchedulerConfig::default()
+        })
         // Short like the back-off: a breaker that trips reopens to a probe within the demo.
         .breaker(BreakerConfig {
             open_for: Duration::from_millis(300),
