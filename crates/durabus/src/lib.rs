@@ -147,7 +147,7 @@ pub use handler::{
 pub use history::History;
 pub use hook::{BusError, ErrorHook, ErrorSource};
 pub use operation::{
-    OPERATION_KINDS, Operation, OperationKind, OperationStatus, Operations, RunOptions,
+    OPERATION_KINDS, Operation, OperationKind, OperationStatus, Operations, PaceConfig, RunOptions,
 };
 pub use options::PublishOptions;
 #[cfg(feature = "sqlite")]

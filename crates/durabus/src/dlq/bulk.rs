@@ -106,7 +106,11 @@ impl Work for Bulk {
                 },
             }),
         };
-        let report = self.ctx.store.dlq_act(batch, self.ctx.now()).await?;
+        let rows = batch.ids.len();
+        let report = self
+            .ctx
+            .paced(rows, self.ctx.store.dlq_act(batch, self.ctx.now()))
+            .await?;
         if let (Some(t), Some(action)) = (&self.ctx.telemetry, op.kind.dead_letter_action()) {
             t.dead_letter_action(action, op.actor.kind.as_str(), report.applied);
         }

@@ -16,12 +16,14 @@
 //! exactly once, however often the process running it dies.
 
 mod kind;
+mod pace;
 mod runner;
 mod service;
 pub mod state;
 
 pub use kind::{OPERATION_KINDS, OperationKind};
-pub use runner::{Kind, Kinds, RunContext, RunOptions, Runner, Work, passing};
+pub use pace::{Pace, PaceConfig};
+pub use runner::{Kind, Kinds, RunContext, RunOptions, Runner, Work, default_pace, passing};
 pub use service::Operations;
 
 use std::fmt;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::pace::{Pace, PaceConfig};
 use super::state::{self, Next};
 use super::{Advance, Operation, OperationKind, OperationStatus};
 use crate::clock::{Clock, Timestamp};
@@ -24,10 +25,13 @@ use crate::telemetry::Telemetry;
 /// How an operation is run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Rows per chunk (one transaction each). `None`: what suits the store
-    /// (`default_chunk`: 50 on SQLite, where small chunks keep the one writer free for
-    /// publishers; 500 on PostgreSQL). Defaults to `None`.
+    /// Rows per chunk (one transaction each), fixed. `None`: a size that adapts to how long
+    /// each chunk's write takes, so that a chunk never holds the store for long while others
+    /// publish (see [`PaceConfig`] and [`default_pace`]). Defaults to `None`.
     pub chunk: Option<usize>,
+    /// The bounds and target of the adapting chunk size when `chunk` is `None`; `None`: what
+    /// suits the store ([`default_pace`]). Defaults to `None`.
+    pub pace: Option<PaceConfig>,
     /// How long the runner holds the operation without writing a chunk before others may take
     /// it over. Defaults to 30 s.
     pub lease: Duration,
@@ -42,6 +46,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             chunk: None,
+            pace: None,
             lease: Duration::from_secs(30),
             holder: crate::holder::worker_name(),
             pause: Arc::new(AtomicBool::new(false)),
@@ -49,15 +54,30 @@ impl Default for RunOptions {
     }
 }
 
-/// Rows per chunk that suit a store: SQLite has one writer, and small chunks keep it free for
-/// publishers between them; PostgreSQL locks rows, not the database, and larger chunks save
-/// round trips.
-pub fn default_chunk(backend: &Backend<'_>) -> usize {
+/// How chunks are sized on a store when no fixed size is asked for. SQLite has one writer:
+/// a chunk's transaction makes every publisher wait behind it, so a chunk aims at 1.5 ms (from
+/// 50 rows, between 10 and 2,000). PostgreSQL locks rows, not the database, and a chunk's
+/// round trips are worth sharing among more rows; publishers do not wait for a chunk there
+/// but share the server's time with it, and what they lose depends on the bulk's share more
+/// than on its chunks' length (docs/BENCHMARKS.md), so a chunk aims at 50 ms (from 500 rows,
+/// between 100 and 5,000): long enough to keep a bulk action's own overhead small, bounded so
+/// one chunk never holds its rows and a connection for long.
+pub fn default_pace(backend: &Backend<'_>) -> PaceConfig {
     match backend {
         #[cfg(feature = "postgres")]
-        Backend::Postgres(_) => 500,
+        Backend::Postgres(_) => PaceConfig {
+            start: 500,
+            min: 100,
+            max: 5_000,
+            target: Duration::from_millis(50),
+        },
         #[allow(unreachable_patterns)]
-        _ => 50,
+        _ => PaceConfig {
+            start: 50,
+            min: 10,
+            max: 2_000,
+            target: Duration::from_micros(1_500),
+        },
     }
 }
 
@@ -72,6 +92,8 @@ pub struct RunContext {
     pub options: RunOptions,
     /// The metrics to count in, if any.
     pub telemetry: Option<Arc<Telemetry>>,
+    /// The size of the next chunk.
+    pub pace: Pace,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -88,12 +110,45 @@ impl RunContext {
         self.clock.now()
     }
 
-    /// Rows per chunk.
+    /// A context for running with `options` on `store`: its chunks are sized as `options`
+    /// asks, or as suits the store.
+    pub fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        options: RunOptions,
+        telemetry: Option<Arc<Telemetry>>,
+    ) -> RunContext {
+        let pace = match options.chunk {
+            Some(rows) => Pace::fixed(rows),
+            None => Pace::adaptive(
+                options
+                    .pace
+                    .unwrap_or_else(|| default_pace(&store.backend())),
+            ),
+        };
+        RunContext {
+            store,
+            clock,
+            options,
+            telemetry,
+            pace,
+        }
+    }
+
+    /// Rows the next chunk takes.
     pub fn chunk(&self) -> usize {
-        self.options
-            .chunk
-            .unwrap_or_else(|| default_chunk(&self.store.backend()))
-            .max(1)
+        self.pace.rows()
+    }
+
+    /// Runs `write`, a chunk's write of `rows` rows, and sizes the next chunk by how long it
+    /// took (see [`Pace`]). A write that fails sizes nothing.
+    pub async fn paced<T>(&self, rows: usize, write: impl Future<Output = Result<T>>) -> Result<T> {
+        let started = std::time::Instant::now();
+        let out = write.await?;
+        if rows > 0 {
+            self.pace.record(rows, started.elapsed());
+        }
+        Ok(out)
     }
 
     /// Whether the runner was asked to pause.
@@ -301,12 +356,12 @@ impl Runner {
             });
         };
         progress(&op);
-        let ctx = RunContext {
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-            options: options.clone(),
-            telemetry: self.telemetry.clone(),
-        };
+        let ctx = RunContext::new(
+            self.store.clone(),
+            self.clock.clone(),
+            options.clone(),
+            self.telemetry.clone(),
+        );
         let work = match kinds.get(op.kind) {
             Some(kind) => kind.work(&op, ctx.clone()),
             None => Err(Error::invalid(

@@ -73,7 +73,6 @@ struct State {
     /// The walk's upper bound, frozen at submit.
     bound: Position,
     bucket: Option<TokenBucket>,
-    chunk: usize,
 }
 
 impl State {
@@ -95,7 +94,6 @@ impl State {
                 key: op.cursor_key.clone(),
             },
             bucket,
-            chunk: ctx.chunk(),
         })
     }
 }
@@ -188,7 +186,7 @@ impl Exec<'_> {
     /// Waits for the rate limit's tokens. Returns how many events the next page may hold, or
     /// `None` if the runner was asked to pause meanwhile.
     async fn pace(&self, state: &mut State) -> Option<usize> {
-        let chunk = state.chunk;
+        let chunk = self.ctx.chunk();
         let Some(bucket) = state.bucket.as_mut() else {
             return Some(chunk);
         };
@@ -263,12 +261,18 @@ impl Exec<'_> {
             summary: Some(summary),
             error: None,
         };
+        // The write is paced: how long it took sizes the next page (see `operation::Pace`).
+        let rows = end.events.len();
         if exhausted {
             return self
-                .finish(op, state, OperationStatus::Completed, end)
+                .ctx
+                .paced(
+                    rows,
+                    self.finish(op, state, OperationStatus::Completed, end),
+                )
                 .await;
         }
-        self.advance(op, state, end).await
+        self.ctx.paced(rows, self.advance(op, state, end)).await
     }
 
     async fn hand_over(

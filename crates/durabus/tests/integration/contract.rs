@@ -97,6 +97,8 @@ macro_rules! all_contract_tests {
             operations::a_bulk_action_previews_freezes_its_selection_and_finishes,
             operations::a_bulk_run_killed_mid_way_resumes_without_doing_a_chunk_twice,
             operations::an_operation_is_cancelled_between_chunks,
+            operations::a_bulk_runs_chunks_grow_while_each_is_quick,
+            operations::a_bulk_runs_chunks_shrink_to_the_floor_while_each_is_slow,
             operations::a_batch_passes_over_records_that_left_its_selection,
             operations::a_chunk_refused_by_its_operation_writes_none_of_its_actions,
             operations::open_operations_are_listed_and_taken_by_the_rules,

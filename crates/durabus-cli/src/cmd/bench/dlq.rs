@@ -186,7 +186,12 @@ fn p99(mut v: Vec<f64>) -> f64 {
 
 /// Bulk retry of `n` dead letters while `publishers` callers publish: the bulk rate and the
 /// publishers' p99 during it (and for a second before it, as the baseline).
-pub async fn bulk_retry(bus: &EventBus, n: u64, publishers: usize) -> anyhow::Result<Bulk> {
+pub async fn bulk_retry(
+    bus: &EventBus,
+    n: u64,
+    publishers: usize,
+    chunk: Option<usize>,
+) -> anyhow::Result<Bulk> {
     fill(bus, n).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let baseline = {
@@ -215,7 +220,10 @@ pub async fn bulk_retry(bus: &EventBus, n: u64, publishers: usize) -> anyhow::Re
         )
         .await?;
     let ops = bus.operations();
-    let options = RunOptions::default();
+    let options = RunOptions {
+        chunk,
+        ..RunOptions::default()
+    };
     let run = publish_while(bus, publishers, stop.clone());
     let bulk = async {
         let start = Instant::now();
@@ -235,9 +243,14 @@ pub async fn bulk_retry(bus: &EventBus, n: u64, publishers: usize) -> anyhow::Re
 }
 
 /// [`bulk_retry`] on a fresh SQLite database.
-pub async fn bulk_retry_sqlite(b: &Bench, n: u64, publishers: usize) -> anyhow::Result<Bulk> {
+pub async fn bulk_retry_sqlite(
+    b: &Bench,
+    n: u64,
+    publishers: usize,
+    chunk: Option<usize>,
+) -> anyhow::Result<Bulk> {
     let bus = b.builder().build().await?;
-    let out = bulk_retry(&bus, n, publishers).await;
+    let out = bulk_retry(&bus, n, publishers, chunk).await;
     bus.shutdown().await?;
     out
 }

@@ -55,6 +55,10 @@ pub struct Args {
     /// Runs per figure (the median is reported).
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Rows per chunk of the bulk retry, fixed (by default the chunk size adapts to how long
+    /// each chunk's write takes). For comparing the two.
+    #[arg(long)]
+    bulk_chunk: Option<usize>,
     /// Events pushed through the bus for the memory figure.
     #[arg(long, default_value_t = 1_000_000)]
     rss_events: u64,
@@ -185,11 +189,16 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     anyhow::ensure!(args.runs >= 1, "--runs must be at least 1");
     anyhow::ensure!(args.concurrency >= 1, "--concurrency must be at least 1");
     anyhow::ensure!(args.events >= 1, "--events must be at least 1");
+    anyhow::ensure!(
+        args.bulk_chunk != Some(0),
+        "--bulk-chunk must be at least 1"
+    );
     if db.is_postgres() {
         let plan = postgres::Plan {
             workers: args.workers,
             events: args.events,
             concurrency: args.concurrency,
+            bulk_chunk: args.bulk_chunk,
             runs: args.runs,
             quick: args.quick,
             verbose: !json,
@@ -323,7 +332,8 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
     if want("bulk") {
         r.bulk_records = scale(100_000, 10_000);
         b.say("bulk retry of dead letters while 64 callers publish");
-        let bulk = dlq::bulk_retry_sqlite(&b, r.bulk_records, args.concurrency).await?;
+        let bulk =
+            dlq::bulk_retry_sqlite(&b, r.bulk_records, args.concurrency, args.bulk_chunk).await?;
         r.bulk_retry_eps = bulk.retry_eps;
         r.bulk_publish_p99_ms = bulk.publish_p99_ms;
         r.bulk_baseline_p99_ms = bulk.baseline_p99_ms;

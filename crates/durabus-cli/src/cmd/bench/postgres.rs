@@ -90,6 +90,8 @@ pub struct Plan {
     pub workers: usize,
     pub events: u64,
     pub concurrency: usize,
+    /// Rows per chunk of the bulk retry, fixed; `None`: adapting.
+    pub bulk_chunk: Option<usize>,
     pub runs: usize,
     pub quick: bool,
     pub verbose: bool,
@@ -246,7 +248,8 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         r.bulk_records = scale(20_000, 2_000);
         let target = fresh(db);
         let bus = target.builder().build().await?;
-        let bulk = super::dlq::bulk_retry(&bus, r.bulk_records, plan.concurrency).await;
+        let bulk =
+            super::dlq::bulk_retry(&bus, r.bulk_records, plan.concurrency, plan.bulk_chunk).await;
         bus.shutdown().await?;
         drop_schema(&target).await?;
         let bulk = bulk?;

@@ -293,3 +293,76 @@ pub async fn a_started_bus_runs_submitted_operations_itself(h: &Harness) {
     assert_eq!(done.processed, 3);
     bus.shutdown().await.unwrap();
 }
+
+/// Dead letters from `n` failing payments.
+async fn dead_letters(bus: &durabus::EventBus, n: u64) {
+    for i in 0..n {
+        bus.publish("pay.charge", &i).await.unwrap();
+    }
+    let count = bus.dead_letters().preview(&pay(None)).await.unwrap().count;
+    assert_eq!(count, n);
+}
+
+/// Runs a bulk retry of every payment's dead letter with chunks sized by `pace`; returns the
+/// rows of each chunk as the progress showed them, after checking each record was retried once.
+async fn paced_retry(h: &Harness, n: u64, pace: durabus::PaceConfig) -> Vec<u64> {
+    let bus = paying_bus(h, Arc::new(AtomicBool::new(false))).await;
+    dead_letters(&bus, n).await;
+    let request = BulkRequest {
+        filter: pay(None),
+        action: Action::Retry,
+        all: false,
+    };
+    let op = bus.dead_letters().submit(&request, &ann()).await.unwrap();
+    let options = RunOptions {
+        pace: Some(pace),
+        holder: "runner".into(),
+        ..RunOptions::default()
+    };
+    let mut seen = vec![0];
+    let done = bus
+        .operations()
+        .run(&op.id, &options, |o| seen.push(o.processed))
+        .await
+        .unwrap();
+    assert_eq!(done.status, OperationStatus::Completed);
+    assert_eq!((done.processed, done.skipped), (n, 0));
+    let retried = bus
+        .dead_letters()
+        .list(pay(None), Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(retried.len() as u64, n);
+    assert!(
+        retried.iter().all(|d| d.manual_retry_count == 1),
+        "each record retried once, whatever the chunk sizes"
+    );
+    bus.shutdown().await.unwrap();
+    seen.windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|d| *d > 0)
+        .collect()
+}
+
+pub async fn a_bulk_runs_chunks_grow_while_each_is_quick(h: &Harness) {
+    // A target no chunk reaches: each doubles its size, up to the ceiling.
+    let pace = durabus::PaceConfig {
+        start: 2,
+        min: 1,
+        max: 8,
+        target: Duration::from_secs(3_600),
+    };
+    assert_eq!(paced_retry(h, 30, pace).await, [2, 4, 8, 8, 8]);
+}
+
+pub async fn a_bulk_runs_chunks_shrink_to_the_floor_while_each_is_slow(h: &Harness) {
+    // A target every chunk misses: the next is as small as the floor allows.
+    let pace = durabus::PaceConfig {
+        start: 9,
+        min: 4,
+        max: 100,
+        target: Duration::ZERO,
+    };
+    assert_eq!(paced_retry(h, 25, pace).await, [9, 4, 4, 4, 4]);
+}
