@@ -92,6 +92,26 @@ pub(super) async fn insert_rows(
         .iter()
         .map(|e| e.metadata_json())
         .collect::<Result<Vec<_>>>()?;
+    if is_plain(rows, &ids) {
+        let stored = q(&sql.insert_plain)
+            .bind(&ids)
+            .bind(&types)
+            .bind(&payloads)
+            .bind(&metadata)
+            .bind(&rows.created)
+            .bind(lease.is_some())
+            .bind(lease.map(|l| l.0))
+            .bind(lease.map(|l| l.1))
+            .bind(lease.map(|l| l.2))
+            .bind(notify.map(|n| n.channel))
+            .bind(notify.map_or("", |n| n.from))
+            .fetch_all(conn)
+            .await?;
+        return stored
+            .iter()
+            .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
+            .collect();
+    }
     let due: Vec<Option<i64>> = rows
         .events
         .iter()
@@ -142,6 +162,23 @@ pub(super) async fn insert_rows(
         .iter()
         .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
         .collect()
+}
+
+/// Whether `rows` can go out as the plain statement ([`PgSql::insert_plain`]): no snapshots,
+/// no event with publish options (a due time, a priority, an ordering key; so none is parked)
+/// and no id given twice.
+fn is_plain(rows: &Rows<'_>, ids: &[Uuid]) -> bool {
+    rows.snapshots.is_empty()
+        && !rows.parked.iter().any(|p| *p)
+        && rows.events.iter().zip(&rows.created).all(|(e, created)| {
+            e.options.priority_value() == 0
+                && e.options.ordering_key_value().is_none()
+                && e.due_at(crate::clock::Timestamp(*created)).is_none()
+        })
+        && {
+            let mut seen = HashSet::with_capacity(ids.len());
+            ids.iter().all(|id| seen.insert(*id))
+        }
 }
 
 /// The notification an insert sends on commit when it stores events.

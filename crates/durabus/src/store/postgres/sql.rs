@@ -16,6 +16,10 @@ pub struct PgSql {
     /// The quoted schema name.
     pub schema: String,
     pub insert: String,
+    /// `insert` for events without publish options or snapshots and with distinct ids: the same
+    /// rows, from five arrays instead of twenty, without the sort that keeps the first of an id
+    /// given twice. Parameters `$1`–`$10` as `insert`'s, then the notification's payload.
+    pub insert_plain: String,
     pub claim: String,
     pub done: String,
     pub done_fresh: String,
@@ -85,6 +89,26 @@ impl PgSql {
                          AS v(event_id, stage, created_at, event_type, payload, so, sc, m, b)
                      WHERE v.event_id IN (SELECT id FROM ins)
                      ON CONFLICT (event_id, stage, created_at) DO NOTHING)
+                 SELECT ins.id FROM ins, n"
+            ),
+            insert_plain: format!(
+                "WITH u AS (SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::bigint[])
+                            AS u(id, type, payload, metadata, created)),
+                 fresh AS (INSERT INTO {s}.event_ids (id) SELECT id FROM u
+                           ON CONFLICT (id) DO NOTHING RETURNING id),
+                 ins AS (
+                     INSERT INTO {s}.events (id, type, payload, status, metadata, created_at, updated_at,
+                         next_attempt_at, attempts, lease_owner, lease_token, lease_expires_at, processing_started_at)
+                     SELECT u.id, u.type, u.payload::json,
+                         CASE WHEN $6 THEN 'processing' ELSE 'pending' END,
+                         u.metadata, u.created, u.created,
+                         CASE WHEN $6 THEN NULL ELSE u.created END,
+                         CASE WHEN $6 THEN 1 ELSE 0 END, $7, $8,
+                         CASE WHEN $6 THEN u.created + $9 END, CASE WHEN $6 THEN u.created END
+                     FROM u JOIN fresh USING (id)
+                     RETURNING id),
+                 n AS (SELECT count(pg_notify($10::text, $11::text)) AS c
+                       FROM (SELECT 1 FROM ins WHERE $10::text IS NOT NULL LIMIT 1) AS x)
                  SELECT ins.id FROM ins, n"
             ),
             // Due pending events (positive priorities first, then 0, then negative; each earliest

@@ -246,12 +246,33 @@ pub async fn an_id_already_stored_is_stored_once(h: &Harness) {
     );
     assert_eq!(stored.created_at, now);
     assert!(store.get_event(fresh_id).await.unwrap().is_some());
+    // An id given twice in one insert is stored once, the first time, with and without
+    // publish options beside it.
+    for priority in [0, 3] {
+        let twice = NewEvent::new("dup.d", &4).unwrap();
+        let twice_id = twice.id;
+        let second = NewEvent::new("dup.e", &5).unwrap().with_id(twice_id);
+        let other = NewEvent::new("dup.f", &6).unwrap().priority(priority);
+        assert_eq!(
+            store
+                .insert(vec![twice, second, other], InsertMode::Pending, now)
+                .await
+                .unwrap(),
+            vec![Stored::New, Stored::Known, Stored::New],
+            "priority {priority}"
+        );
+        let kept = store.get_event(twice_id).await.unwrap().unwrap();
+        assert_eq!(
+            (kept.event_type.as_str(), kept.payload.as_str()),
+            ("dup.d", "4")
+        );
+    }
     // A completed event is not brought back by a late duplicate either.
     let claimed = store
         .claim_due(now.plus(Duration::from_millis(10)), 10)
         .await
         .unwrap();
-    assert_eq!(claimed.len(), 2);
+    assert_eq!(claimed.len(), 6);
     for e in &claimed {
         let done = Outcome::Done {
             id: e.id,
