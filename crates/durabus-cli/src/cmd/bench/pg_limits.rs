@@ -288,7 +288,7 @@ async fn unnest(pool: &PgPool, table: &str, rows: &[(Uuid, String, String)]) -> 
 }
 
 /// The `unnest` insert of `rows`, storing only ids the id table did not hold yet.
-async fn unnest_with_ids(
+pub(super) async fn unnest_with_ids(
     pool: &PgPool,
     table: &str,
     id_table: &str,

@@ -47,6 +47,18 @@ pub fn print_table(r: &PgReport) {
             format!("{:.0}", r.publish_batch_eps),
             "—",
         ),
+        (
+            "  unnest + id table beside it (rows/s)",
+            if r.publish_batch_limit_eps > 0.0 {
+                format!(
+                    "{:.0} (publish {:.2}×)",
+                    r.publish_batch_limit_eps, r.publish_batch_ratio
+                )
+            } else {
+                "0".into()
+            },
+            "publish ≥ 0.9×",
+        ),
         ("end to end (ev/s)", format!("{:.0}", r.e2e_eps), "≥ 10,000"),
         (
             "double completions",
@@ -175,16 +187,8 @@ pub fn print_table(r: &PgReport) {
             (
                 "unnest + id table, 1,000 rows",
                 l.unnest_with_ids_eps,
-                format!(
-                    "{} (publish, batch; target ≥ 0.9: {})",
-                    ratio(r.publish_batch_eps, l.unnest_with_ids_eps),
-                    misses.ratio(
-                        "publish, batch against the same-run unnest + id table limit",
-                        r.publish_batch_eps,
-                        l.unnest_with_ids_eps,
-                        0.9
-                    )
-                ),
+                ratio(r.publish_batch_eps, l.unnest_with_ids_eps)
+                    + " (publish, batch; judged against the interleaved limit above)",
             ),
             (
                 "claim 100 + complete, 4 callers",

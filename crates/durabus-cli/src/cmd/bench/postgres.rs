@@ -9,7 +9,7 @@ use durabus::sqlx::{self, AssertSqlSafe};
 use durabus::{EventBus, NewEvent};
 use serde::Serialize;
 
-use super::harness::{batches, enqueue_batches, enqueue_concurrently, event, median, percentile};
+use super::harness::{batches, enqueue_concurrently, event, median, percentile};
 use super::pg_workers::{
     EndToEnd, drop_schema, fresh, publisher_and_workers, tally, wait_completed,
 };
@@ -29,6 +29,12 @@ pub struct PgReport {
     pub publish_seq_raw_eps: f64,
     pub publish_concurrent_eps: f64,
     pub publish_batch_eps: f64,
+    /// The `unnest` + id table insert of the same rows (into copies of the events and id
+    /// tables), interleaved with the library's batches ten at a time: the limit of
+    /// `publish_batch_eps` measured in the same seconds.
+    pub publish_batch_limit_eps: f64,
+    /// The median over runs of each run's `publish_batch_eps` / `publish_batch_limit_eps`.
+    pub publish_batch_ratio: f64,
     pub e2e_eps: f64,
     /// Handler calls beyond the first for one event, over every run (must be 0).
     pub double_completions: u64,
@@ -149,11 +155,15 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
                 .1)
         })
         .await?;
-        say(&plan, "publish, batches of 1,000");
-        r.publish_batch_eps = publish_runs(db, &plan, async |bus| {
-            enqueue_batches(&bus, scale(200_000, 20_000)).await
-        })
-        .await?;
+        say(
+            &plan,
+            "publish, batches of 1,000, interleaved with the unnest + id table limit",
+        );
+        (
+            r.publish_batch_eps,
+            r.publish_batch_limit_eps,
+            r.publish_batch_ratio,
+        ) = batches_beside_limit(db, &plan, scale(200_000, 20_000)).await?;
     }
 
     if plan.wants("e2e") {
@@ -415,6 +425,66 @@ async fn one_caller_beside_raw(db: &Db, plan: &Plan, n: u64) -> anyhow::Result<(
         }
     }
     Ok((median(library), median(raw)))
+}
+
+/// The library's batches of 1,000 and the `unnest` + id table limit's, ten batches of each in
+/// turn on one fresh schema (the limit into copies of the events and id tables), `n` events
+/// each: (library events/s, limit rows/s, the median of the runs' ratios). The first run warms
+/// up and is not counted.
+async fn batches_beside_limit(db: &Db, plan: &Plan, n: u64) -> anyhow::Result<(f64, f64, f64)> {
+    const TURN: u64 = 10_000;
+    let (mut library, mut limit, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for run in 0..=plan.runs {
+        let target = fresh(db);
+        let bus = target.builder().build().await?;
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(&target.target)
+            .await?;
+        let table = format!("\"{}\".raw_events", target.schema);
+        let ids = format!("\"{}\".raw_ids", target.schema);
+        let measured = async {
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "CREATE TABLE {table} (LIKE \"{s}\".events INCLUDING ALL); \
+                 CREATE TABLE {ids} (LIKE \"{s}\".event_ids INCLUDING ALL)",
+                s = target.schema
+            )))
+            .execute(&pool)
+            .await?;
+            let (mut lib_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
+            let mut from = 0;
+            while from < n {
+                let to = (from + TURN).min(n);
+                let started = Instant::now();
+                for events in batches(from, to) {
+                    bus.enqueue_batch(events?).await?;
+                }
+                lib_time += started.elapsed();
+                let started = Instant::now();
+                for start in (n + from..n + to).step_by(1000) {
+                    let rows = super::pg_limits::rows(start, (start + 1000).min(n + to))?;
+                    super::pg_limits::unnest_with_ids(&pool, &table, &ids, &rows).await?;
+                }
+                raw_time += started.elapsed();
+                from = to;
+            }
+            anyhow::Ok((
+                n as f64 / lib_time.as_secs_f64(),
+                n as f64 / raw_time.as_secs_f64(),
+            ))
+        }
+        .await;
+        pool.close().await;
+        bus.shutdown().await?;
+        drop_schema(&target).await?;
+        if run > 0 {
+            let (l, r) = measured?;
+            library.push(l);
+            limit.push(r);
+            ratios.push(l / r);
+        }
+    }
+    Ok((median(library), median(limit), median(ratios)))
 }
 
 async fn publish_runs<F>(db: &Db, plan: &Plan, f: F) -> anyhow::Result<f64>
