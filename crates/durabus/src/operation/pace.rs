@@ -29,7 +29,7 @@ pub struct PaceConfig {
 #[derive(Debug, Clone)]
 pub struct Pace {
     config: PaceConfig,
-    /// `None`: fixed at the size asked for.
+    /// `false`: fixed at the size asked for.
     adaptive: bool,
     size: Arc<AtomicUsize>,
 }
