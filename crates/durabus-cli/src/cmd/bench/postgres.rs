@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use durabus::sqlx::postgres::PgPool;
 use durabus::sqlx::{self, AssertSqlSafe};
 use durabus::{EventBus, NewEvent};
 use serde::Serialize;
@@ -365,75 +366,89 @@ pub fn api_requests(dead_letters: u64) -> usize {
     if dead_letters >= 1_000_000 { 200 } else { 40 }
 }
 
-/// Runs a publish measurement `runs` times (after a warm-up), each on a fresh schema.
 /// One caller publishing `n` events one at a time, in chunks of 100, each chunk followed by
 /// 100 raw one-row commits into a copy of the events table (same columns and indexes) on a
 /// connection of its own: the medians over `plan.runs` runs (after a warm-up) of (publishes/s,
 /// raw commits/s), each from the time of its own chunks.
 async fn one_caller_beside_raw(db: &Db, plan: &Plan, n: u64) -> anyhow::Result<(f64, f64)> {
-    const CHUNK: u64 = 100;
-    let (mut library, mut raw) = (Vec::new(), Vec::new());
-    for run in 0..=plan.runs {
-        let target = fresh(db);
-        let bus = target.builder().build().await?;
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect(&target.target)
-            .await?;
-        let table = format!("\"{}\".raw_events", target.schema);
-        let measured = async {
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "CREATE TABLE {table} (LIKE \"{}\".events INCLUDING ALL)",
-                target.schema
-            )))
-            .execute(&pool)
-            .await?;
+    let pairs = in_turns(
+        db,
+        plan,
+        (n, 100),
+        &[("raw_events", "events")],
+        async |bus: &EventBus, from: u64, to: u64| {
+            for i in from..to {
+                bus.enqueue_event(event(i)?).await?;
+            }
+            Ok(())
+        },
+        async |pool: &PgPool, schema: &str, from: u64, to: u64| {
             let insert = format!(
-                "INSERT INTO {table} ({}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)",
+                "INSERT INTO \"{schema}\".raw_events ({}) VALUES ($1, $2, $3::json, 'pending', $4, $4, $4)",
                 super::pg_limits::COLUMNS
             );
-            let (mut lib_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
-            let mut from = 0;
-            while from < n {
-                let to = (from + CHUNK).min(n);
-                let started = Instant::now();
-                for i in from..to {
-                    bus.enqueue_event(event(i)?).await?;
-                }
-                lib_time += started.elapsed();
-                let rows = super::pg_limits::rows(n + from, n + to)?;
-                let started = Instant::now();
-                for row in &rows {
-                    super::pg_limits::insert_one(&pool, &insert, row).await?;
-                }
-                raw_time += started.elapsed();
-                from = to;
+            for row in &super::pg_limits::rows(from, to)? {
+                super::pg_limits::insert_one(pool, &insert, row).await?;
             }
-            anyhow::Ok((
-                n as f64 / lib_time.as_secs_f64(),
-                n as f64 / raw_time.as_secs_f64(),
-            ))
-        }
-        .await;
-        pool.close().await;
-        bus.shutdown().await?;
-        drop_schema(&target).await?;
-        if run > 0 {
-            let (l, r) = measured?;
-            library.push(l);
-            raw.push(r);
-        }
-    }
-    Ok((median(library), median(raw)))
+            Ok(())
+        },
+    )
+    .await?;
+    Ok((
+        median(pairs.iter().map(|p| p.0).collect()),
+        median(pairs.iter().map(|p| p.1).collect()),
+    ))
 }
 
 /// The library's batches of 1,000 and the `unnest` + id table limit's, ten batches of each in
 /// turn on one fresh schema (the limit into copies of the events and id tables), `n` events
-/// each: (library events/s, limit rows/s, the median of the runs' ratios). The first run warms
-/// up and is not counted.
+/// each: (library events/s, limit rows/s, the median of the runs' ratios), over `plan.runs`
+/// runs after a warm-up.
 async fn batches_beside_limit(db: &Db, plan: &Plan, n: u64) -> anyhow::Result<(f64, f64, f64)> {
-    const TURN: u64 = 10_000;
-    let (mut library, mut limit, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let pairs = in_turns(
+        db,
+        plan,
+        (n, 10_000),
+        &[("raw_events", "events"), ("raw_ids", "event_ids")],
+        async |bus: &EventBus, from: u64, to: u64| {
+            for events in batches(from, to) {
+                bus.enqueue_batch(events?).await?;
+            }
+            Ok(())
+        },
+        async |pool: &PgPool, schema: &str, from: u64, to: u64| {
+            let (table, ids) = (
+                format!("\"{schema}\".raw_events"),
+                format!("\"{schema}\".raw_ids"),
+            );
+            for start in (from..to).step_by(1000) {
+                let rows = super::pg_limits::rows(start, (start + 1000).min(to))?;
+                super::pg_limits::unnest_with_ids(pool, &table, &ids, &rows).await?;
+            }
+            Ok(())
+        },
+    )
+    .await?;
+    Ok((
+        median(pairs.iter().map(|p| p.0).collect()),
+        median(pairs.iter().map(|p| p.1).collect()),
+        median(pairs.iter().map(|p| p.0 / p.1).collect()),
+    ))
+}
+
+/// Events `0..n` through `library` and rows `n..2n` through `raw` (on a connection of its own,
+/// into the `copies` made of the schema's tables: (copy, table)), `turn` at a time each in
+/// turn, on a fresh schema per run: (library events/s, raw rows/s) of each of `plan.runs` runs
+/// after a warm-up, each from the time of its own turns.
+async fn in_turns(
+    db: &Db,
+    plan: &Plan,
+    (n, turn): (u64, u64),
+    copies: &[(&str, &str)],
+    library: impl AsyncFn(&EventBus, u64, u64) -> anyhow::Result<()>,
+    raw: impl AsyncFn(&PgPool, &str, u64, u64) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<(f64, f64)>> {
+    let mut pairs = Vec::new();
     for run in 0..=plan.runs {
         let target = fresh(db);
         let bus = target.builder().build().await?;
@@ -441,30 +456,24 @@ async fn batches_beside_limit(db: &Db, plan: &Plan, n: u64) -> anyhow::Result<(f
             .max_connections(1)
             .connect(&target.target)
             .await?;
-        let table = format!("\"{}\".raw_events", target.schema);
-        let ids = format!("\"{}\".raw_ids", target.schema);
+        let schema = target.schema.clone();
         let measured = async {
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "CREATE TABLE {table} (LIKE \"{s}\".events INCLUDING ALL); \
-                 CREATE TABLE {ids} (LIKE \"{s}\".event_ids INCLUDING ALL)",
-                s = target.schema
-            )))
-            .execute(&pool)
-            .await?;
+            for (copy, table) in copies {
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "CREATE TABLE \"{schema}\".{copy} (LIKE \"{schema}\".{table} INCLUDING ALL)"
+                )))
+                .execute(&pool)
+                .await?;
+            }
             let (mut lib_time, mut raw_time) = (Duration::ZERO, Duration::ZERO);
             let mut from = 0;
             while from < n {
-                let to = (from + TURN).min(n);
+                let to = (from + turn).min(n);
                 let started = Instant::now();
-                for events in batches(from, to) {
-                    bus.enqueue_batch(events?).await?;
-                }
+                library(&bus, from, to).await?;
                 lib_time += started.elapsed();
                 let started = Instant::now();
-                for start in (n + from..n + to).step_by(1000) {
-                    let rows = super::pg_limits::rows(start, (start + 1000).min(n + to))?;
-                    super::pg_limits::unnest_with_ids(&pool, &table, &ids, &rows).await?;
-                }
+                raw(&pool, &schema, n + from, n + to).await?;
                 raw_time += started.elapsed();
                 from = to;
             }
@@ -478,15 +487,13 @@ async fn batches_beside_limit(db: &Db, plan: &Plan, n: u64) -> anyhow::Result<(f
         bus.shutdown().await?;
         drop_schema(&target).await?;
         if run > 0 {
-            let (l, r) = measured?;
-            library.push(l);
-            limit.push(r);
-            ratios.push(l / r);
+            pairs.push(measured?);
         }
     }
-    Ok((median(library), median(limit), median(ratios)))
+    Ok(pairs)
 }
 
+/// Runs a publish measurement `runs` times (after a warm-up), each on a fresh schema.
 async fn publish_runs<F>(db: &Db, plan: &Plan, f: F) -> anyhow::Result<f64>
 where
     F: AsyncFn(Arc<EventBus>) -> anyhow::Result<f64>,

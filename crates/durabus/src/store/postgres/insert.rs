@@ -92,8 +92,9 @@ pub(super) async fn insert_rows(
         .iter()
         .map(|e| e.metadata_json())
         .collect::<Result<Vec<_>>>()?;
-    if is_plain(rows, &ids) {
-        let stored = q(&sql.insert_plain)
+    // The first ten parameters, the same in both statements.
+    let events = |statement| {
+        q(statement)
             .bind(&ids)
             .bind(&types)
             .bind(&payloads)
@@ -104,14 +105,30 @@ pub(super) async fn insert_rows(
             .bind(lease.map(|l| l.1))
             .bind(lease.map(|l| l.2))
             .bind(notify.map(|n| n.channel))
+    };
+    let stored = if is_plain(rows, &ids) {
+        events(&sql.insert_plain)
             .bind(notify.map_or("", |n| n.from))
             .fetch_all(conn)
-            .await?;
-        return stored
-            .iter()
-            .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
-            .collect();
-    }
+            .await?
+    } else {
+        full(rows, events(&sql.insert), notify)
+            .fetch_all(conn)
+            .await?
+    };
+    stored
+        .iter()
+        .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
+        .collect()
+}
+
+/// The full statement's parameters after the first ten: the snapshots, the notification's
+/// payload and the publish options.
+fn full<'q>(
+    rows: &'q Rows<'_>,
+    events: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    notify: Option<Notice<'q>>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let due: Vec<Option<i64>> = rows
         .events
         .iter()
@@ -137,31 +154,13 @@ pub(super) async fn insert_rows(
         rows.parked.clone()
     };
     let snaps = SnapshotColumns::of(&rows.snapshots);
-    let stored = snaps
-        .bind(
-            q(&sql.insert)
-                .bind(&ids)
-                .bind(&types)
-                .bind(&payloads)
-                .bind(&metadata)
-                .bind(&rows.created)
-                .bind(lease.is_some())
-                .bind(lease.map(|l| l.0))
-                .bind(lease.map(|l| l.1))
-                .bind(lease.map(|l| l.2))
-                .bind(notify.map(|n| n.channel)),
-        )
+    snaps
+        .bind(events)
         .bind(notify.map_or("", |n| n.from))
-        .bind(&due)
-        .bind(&priorities)
-        .bind(&keys)
-        .bind(&parked)
-        .fetch_all(conn)
-        .await?;
-    stored
-        .iter()
-        .map(|r| r.try_get::<Uuid, _>(0).map_err(Error::from))
-        .collect()
+        .bind(due)
+        .bind(priorities)
+        .bind(keys)
+        .bind(parked)
 }
 
 /// Whether `rows` can go out as the plain statement ([`PgSql::insert_plain`]): no snapshots,
