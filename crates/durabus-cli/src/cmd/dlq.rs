@@ -63,7 +63,8 @@ pub struct Target {
     /// Act on every dead letter (required when no filter option is given).
     #[arg(long)]
     pub all: bool,
-    /// Rows per transaction of a bulk run (default: 50 on SQLite, 500 on PostgreSQL).
+    /// Rows per transaction of a bulk run, fixed (default: a size that follows how long each
+    /// write takes, from 50 on SQLite and 500 on PostgreSQL; see docs/OPERATIONS.md).
     #[arg(long)]
     pub chunk: Option<usize>,
 }

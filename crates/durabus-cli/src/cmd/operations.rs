@@ -39,7 +39,8 @@ pub enum OperationsCommand {
     Resume {
         /// The operation's id.
         id: String,
-        /// Rows per transaction (default: 50 on SQLite, 500 on PostgreSQL).
+        /// Rows per transaction, fixed (default: a size that follows how long each write takes,
+        /// from 50 on SQLite and 500 on PostgreSQL; see docs/OPERATIONS.md).
         #[arg(long)]
         chunk: Option<usize>,
     },

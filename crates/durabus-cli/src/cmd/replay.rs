@@ -57,7 +57,8 @@ pub struct StartArgs {
     /// Do not ask before replaying more than 1,000 events.
     #[arg(long, short = 'y')]
     pub yes: bool,
-    /// Events per transaction (default: 50 on SQLite, 500 on PostgreSQL).
+    /// Events per transaction, fixed (default: a size that follows how long each write takes,
+    /// from 50 on SQLite and 500 on PostgreSQL; see docs/OPERATIONS.md).
     #[arg(long)]
     pub chunk: Option<usize>,
     /// Submit and return: a started bus picks it up (within a second) and runs it.
