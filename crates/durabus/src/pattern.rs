@@ -29,18 +29,10 @@ fn check_shape(s: &str, allow_star: bool) -> std::result::Result<(), &'static st
     if s.len() > MAX_TYPE_LEN {
         return Err("it is longer than 255 bytes");
     }
-    // Every allowed character is ASCII: a byte scan clears the common case, and only a
-    // refused string is walked again by character to say why.
-    let clear = s
-        .bytes()
-        .all(|b| allowed(char::from(b)) || (allow_star && b == b'*'));
-    let refused = if clear {
-        None
-    } else {
-        s.chars()
-            .find(|&c| !(allowed(c) || (allow_star && c == '*')))
-    };
-    if let Some(c) = refused {
+    if let Some(c) = s
+        .chars()
+        .find(|&c| !(allowed(c) || (allow_star && c == '*')))
+    {
         return Err(if c == '*' {
             "'*' is only allowed in subscription patterns"
         } else if c.is_whitespace() {

@@ -283,24 +283,14 @@ impl EventBus {
         }
         let now = self.clock().now();
         let snapshots = self.published_snapshots(&events, now)?;
-        // The types as runs of one type (a batch is mostly of one), kept to count what was
-        // stored once the events are handed over.
-        let mut types: Vec<(String, usize)> = Vec::new();
-        for e in &events {
-            match types.last_mut() {
-                Some((t, n)) if *t == e.event_type => *n += 1,
-                _ => types.push((e.event_type.clone(), 1)),
-            }
-        }
+        let types: Vec<String> = events.iter().map(|e| e.event_type.clone()).collect();
         let started = std::time::Instant::now();
         let inserted = self
             .insert_pending(events, snapshots, now, acks_early())
             .await?;
         counted(
             self.dispatcher().published(),
-            types
-                .iter()
-                .flat_map(|(t, n)| std::iter::repeat_n(t.as_str(), *n)),
+            types.iter().map(String::as_str),
             &inserted,
             started,
         );
