@@ -286,7 +286,11 @@ pub(super) async fn apply(
     Ok(())
 }
 
-/// [`wake_head`] for every key of `keys` (locked), in one statement.
+/// [`wake_head`] for every key of `keys` (locked), in one statement. Each key's head is
+/// found through the `(key, seq)` index and its event by primary key, whatever the planner's
+/// statistics say: joined the other way round, a table analysed while nearly empty was read
+/// in full once per head (35–50 ms a statement with 800 events waiting, its key locks held
+/// all the while).
 async fn wake_heads(
     conn: &mut PgConnection,
     sql: &PgSql,
@@ -296,13 +300,13 @@ async fn wake_heads(
 ) -> Result<()> {
     let s = &sql.schema;
     let woke = q(&format!(
-        "WITH heads AS (
-             SELECT DISTINCT ON (key) event_id FROM {s}.keyed
-             WHERE key = ANY($1::text[]) ORDER BY key, seq)
-         UPDATE {s}.events AS e SET
+        "UPDATE {s}.events AS e SET
              status = CASE WHEN coalesce(e.deliver_at, 0) > $2 THEN 'scheduled' ELSE 'pending' END,
              next_attempt_at = CASE WHEN coalesce(e.deliver_at, 0) > $2 THEN e.deliver_at ELSE e.created_at END
-         FROM heads WHERE e.id = heads.event_id
+         WHERE e.id = ANY(ARRAY(
+                 SELECT h.event_id FROM UNNEST($1::text[]) AS k(key)
+                 CROSS JOIN LATERAL (SELECT event_id FROM {s}.keyed
+                     WHERE keyed.key = k.key ORDER BY seq LIMIT 1) AS h))
              AND e.status IN ('pending', 'scheduled') AND e.next_attempt_at IS NULL
          RETURNING e.id"
     ))
