@@ -108,7 +108,24 @@ pub async fn completed(pool: &sqlx::PgPool, db: &Db) -> anyhow::Result<i64> {
     .try_get(0)?)
 }
 
-/// Waits until `n` events are in the event log, for at most `limit`.
+/// Whether any event of `db` still waits or runs (pending, processing or scheduled): three
+/// lookups in the statuses' partial indexes, however long the event log has grown.
+async fn any_live(pool: &sqlx::PgPool, db: &Db) -> anyhow::Result<bool> {
+    let s = &db.schema;
+    Ok(sqlx::query(AssertSqlSafe(format!(
+        "SELECT EXISTS (SELECT 1 FROM \"{s}\".events WHERE status = 'pending')
+             OR EXISTS (SELECT 1 FROM \"{s}\".events WHERE status = 'processing')
+             OR EXISTS (SELECT 1 FROM \"{s}\".events WHERE status = 'scheduled')"
+    )))
+    .fetch_one(pool)
+    .await?
+    .try_get(0)?)
+}
+
+/// Waits until `n` events are in the event log, for at most `limit`; call it once every
+/// event is published. It polls whether any event still waits or runs, and counts the log
+/// only when none does: counting a log of 100,000 rows every 10 ms took a third of a core
+/// from the server the workers share it with, on a two-core machine.
 pub async fn wait_completed(
     pool: &sqlx::PgPool,
     db: &Db,
@@ -117,13 +134,12 @@ pub async fn wait_completed(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
     loop {
-        let done = completed(pool, db).await?;
-        if done >= n {
+        if !any_live(pool, db).await? && completed(pool, db).await? >= n {
             return Ok(());
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "only {done} of {n} events completed within {limit:?}"
+            "not all {n} events completed within {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
