@@ -41,7 +41,6 @@ mod schema;
 mod slots;
 mod sql;
 mod sql_ops;
-mod statistics;
 mod subscriptions;
 mod tx;
 mod walk;
@@ -106,8 +105,6 @@ pub struct PgStore {
     owns_pool: bool,
     /// The server's clock as this process reads it (measured at connect and each heartbeat).
     clock: crate::clock::OffsetClock,
-    /// Keeps the events table's planner statistics fresh while a backlog builds.
-    analyser: statistics::Analyser,
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
@@ -366,7 +363,6 @@ impl PgStore {
             hook,
             owns_pool,
             clock,
-            analyser: statistics::Analyser::default(),
         })
     }
 

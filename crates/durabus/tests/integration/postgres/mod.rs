@@ -9,7 +9,6 @@ mod faults;
 mod leases;
 mod pool;
 mod schema;
-mod statistics;
 mod wakeups;
 
 use std::sync::Arc;
