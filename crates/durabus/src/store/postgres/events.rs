@@ -126,6 +126,10 @@ impl EventStore for PgStore {
                     "reclaimed events whose worker stopped renewing its lease"
                 );
             }
+            if rows.len() >= limit {
+                // A backlog: the claim's plan needs statistics of a table that holds one.
+                self.analyser.backlog(&self.pool, &self.sql.schema);
+            }
             events.sort_by_key(|e| (std::cmp::Reverse(e.priority), e.next_attempt_at, e.id));
             Ok(events)
         })

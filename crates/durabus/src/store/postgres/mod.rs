@@ -41,6 +41,7 @@ mod schema;
 mod slots;
 mod sql;
 mod sql_ops;
+mod statistics;
 mod subscriptions;
 mod tx;
 mod walk;
@@ -105,6 +106,8 @@ pub struct PgStore {
     owns_pool: bool,
     /// The server's clock as this process reads it (measured at connect and each heartbeat).
     clock: crate::clock::OffsetClock,
+    /// Keeps the events table's planner statistics fresh while a backlog builds.
+    analyser: statistics::Analyser,
 }
 
 /// A query on SQL built at run time (statements with the schema name filled in).
@@ -363,6 +366,7 @@ impl PgStore {
             hook,
             owns_pool,
             clock,
+            analyser: statistics::Analyser::default(),
         })
     }
 

@@ -9,6 +9,7 @@ mod faults;
 mod leases;
 mod pool;
 mod schema;
+mod statistics;
 mod wakeups;
 
 use std::sync::Arc;
