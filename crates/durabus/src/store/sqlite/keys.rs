@@ -10,15 +10,10 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{EventId, EventStatus};
 
-/// `template` on this store's tables.
-fn stmt(sql: &Sql, template: &str) -> String {
-    template.replace("{p}", &sql.prefix)
-}
-
 /// Whether `key` has unfinished events: a new event of the key waits behind them.
 pub(super) fn busy(conn: &Connection, sql: &Sql, key: &str) -> Result<bool> {
     Ok(conn
-        .prepare_cached(&stmt(sql, "SELECT 1 FROM {p}keyed WHERE key = ?1 LIMIT 1"))?
+        .prepare_cached(&sql.key_busy)?
         .query_row([key], |_| Ok(()))
         .optional()?
         .is_some())
@@ -26,11 +21,8 @@ pub(super) fn busy(conn: &Connection, sql: &Sql, key: &str) -> Result<bool> {
 
 /// Event `id` joins the back of `key`'s queue.
 pub(super) fn join(conn: &Connection, sql: &Sql, key: &str, id: EventId) -> Result<()> {
-    conn.prepare_cached(&stmt(
-        sql,
-        "INSERT INTO {p}keyed (key, event_id) VALUES (?1, ?2)",
-    ))?
-    .execute(params![key, id.to_string()])?;
+    conn.prepare_cached(&sql.key_join)?
+        .execute(params![key, id.to_string()])?;
     Ok(())
 }
 
@@ -38,69 +30,88 @@ pub(super) fn join(conn: &Connection, sql: &Sql, key: &str, id: EventId) -> Resu
 /// head, the next event of the key becomes due at `now`. Nothing for an event without a row.
 /// Returns whether an event became due (the dispatcher should look).
 pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<bool> {
-    let key: Option<String> = conn
-        .prepare_cached(&stmt(
-            sql,
-            "DELETE FROM {p}keyed WHERE event_id = ?1 RETURNING key",
-        ))?
-        .query_row([id.to_string()], |r| r.get(0))
+    let place: Option<(String, i64)> = conn
+        .prepare_cached(&sql.key_place)?
+        .query_row([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    match key {
-        Some(key) => wake_head(conn, sql, &key, now),
-        None => Ok(false),
+    let Some((key, seq)) = place else {
+        return Ok(false);
+    };
+    conn.prepare_cached(&sql.key_drop)?.execute([seq])?;
+    wake_head(conn, sql, &key, now)
+}
+
+/// What waking a key's head needs to know of it.
+struct Head {
+    id: String,
+    status: String,
+    undue: bool,
+    deliver_at: i64,
+    created_at: i64,
+    priority: i16,
+}
+
+/// Where a waiting head goes at `now`: scheduled at its delivery time if that is still ahead,
+/// else pending at its publish time (its place among the due events). `None` for a head that
+/// is not waiting (it runs, retries or is dead).
+fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
+    let waiting = head.undue
+        && (head.status == EventStatus::Pending.as_str()
+            || head.status == EventStatus::Scheduled.as_str());
+    if !waiting {
+        None
+    } else if head.deliver_at > now.as_millis() {
+        Some((EventStatus::Scheduled, head.deliver_at))
+    } else {
+        Some((EventStatus::Pending, head.created_at))
     }
 }
 
 /// Makes the head of `key` due if it is waiting (a head that runs, retries or is dead stays as
-/// it is): pending at its publish time, or scheduled at its due time if that is still ahead,
-/// in its waiting lane.
+/// it is), in its waiting lane.
 fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<bool> {
-    let head: Option<String> = conn
-        .prepare_cached(&stmt(
-            sql,
-            "SELECT event_id FROM {p}keyed WHERE key = ?1 ORDER BY seq LIMIT 1",
-        ))?
-        .query_row([key], |r| r.get(0))
+    let head: Option<Head> = conn
+        .prepare_cached(&sql.key_head)?
+        .query_row([key], |r| {
+            Ok(Head {
+                id: r.get(0)?,
+                status: r.get(1)?,
+                undue: r.get(2)?,
+                deliver_at: r.get(3)?,
+                created_at: r.get(4)?,
+                priority: r.get(5)?,
+            })
+        })
         .optional()?;
     let Some(head) = head else {
         return Ok(false);
     };
-    let woke: Option<(String, i16, i64)> = conn
-        .prepare_cached(&stmt(
-            sql,
-            "UPDATE {p}events SET
-                 status = CASE WHEN coalesce(deliver_at, 0) > ?2 THEN 'scheduled' ELSE 'pending' END,
-                 next_attempt_at = CASE WHEN coalesce(deliver_at, 0) > ?2 THEN deliver_at ELSE created_at END
-             WHERE id = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL
-             RETURNING status, priority, next_attempt_at",
-        ))?
-        .query_row(params![head, now.as_millis()], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .optional()?;
-    if let Some((status, priority, due)) = woke {
-        let lane = if status == EventStatus::Scheduled.as_str() {
-            Some(1)
-        } else {
-            (priority != 0).then_some(2)
-        };
-        if let Some(lane) = lane {
-            conn.prepare_cached(&sql.waiting_put)?
-                .execute(params![head, lane, priority, due])?;
-        }
-        return Ok(true);
+    let Some((status, due)) = woken(&head, now) else {
+        return Ok(false);
+    };
+    conn.prepare_cached(&sql.key_wake)?
+        .execute(params![head.id, status.as_str(), due])?;
+    let lane = if status == EventStatus::Scheduled {
+        Some(1)
+    } else {
+        (head.priority != 0).then_some(2)
+    };
+    if let Some(lane) = lane {
+        conn.prepare_cached(&sql.waiting_put)?.execute(params![
+            head.id,
+            lane,
+            head.priority,
+            due
+        ])?;
     }
-    Ok(false)
+    Ok(true)
 }
 
 /// After a transition that may have ended event `id` cancelled (a retry, a snooze, a release,
 /// a cancel): a cancelled event leaves its key.
 pub(super) fn settle(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<()> {
     let cancelled = conn
-        .prepare_cached(&stmt(
-            sql,
-            "SELECT 1 FROM {p}events WHERE id = ?1 AND ordering_key IS NOT NULL AND status = 'cancelled'",
-        ))?
+        .prepare_cached(&sql.key_cancelled)?
         .query_row([id.to_string()], |_| Ok(()))
         .optional()?
         .is_some();
@@ -113,11 +124,7 @@ pub(super) fn settle(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) 
 /// After a crash recovery: every keyed event it ended cancelled leaves its key.
 pub(super) fn settle_all(conn: &Connection, sql: &Sql, now: Timestamp) -> Result<()> {
     let gone: Vec<String> = conn
-        .prepare_cached(&stmt(
-            sql,
-            "SELECT k.event_id FROM {p}keyed AS k JOIN {p}events AS e ON e.id = k.event_id
-             WHERE e.status = 'cancelled'",
-        ))?
+        .prepare_cached(&sql.key_cancelled_all)?
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for id in gone {
@@ -137,25 +144,16 @@ pub(super) fn died(
     now: Timestamp,
 ) -> Result<u64> {
     let waiting: u64 = conn
-        .prepare_cached(&stmt(
-            sql,
-            "SELECT count(*) FROM {p}keyed WHERE key = ?1 AND event_id <> ?2",
-        ))?
+        .prepare_cached(&sql.key_waiting)?
         .query_row(params![key, id.to_string()], |r| r.get(0))?;
     if hold {
-        conn.prepare_cached(&stmt(
-            sql,
-            "UPDATE {p}keyed SET held_since = ?2 WHERE event_id = ?1",
-        ))?
-        .execute(params![id.to_string(), now.as_millis()])?;
+        conn.prepare_cached(&sql.key_hold)?
+            .execute(params![id.to_string(), now.as_millis()])?;
     } else {
         leave(conn, sql, id, now)?;
     }
-    conn.prepare_cached(&stmt(
-        sql,
-        "UPDATE {p}dead_letters SET ordering_key = ?2, key_waiting = ?3 WHERE event_id = ?1",
-    ))?
-    .execute(params![id.to_string(), key, waiting])?;
+    conn.prepare_cached(&sql.key_dead_letter)?
+        .execute(params![id.to_string(), key, waiting])?;
     Ok(waiting)
 }
 
@@ -164,20 +162,14 @@ pub(super) fn died(
 /// is busy).
 pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
     let key: Option<Option<String>> = conn
-        .prepare_cached(&stmt(
-            sql,
-            "SELECT ordering_key FROM {p}events WHERE id = ?1",
-        ))?
+        .prepare_cached(&sql.key_of)?
         .query_row([id.to_string()], |r| r.get(0))
         .optional()?;
     let Some(Some(key)) = key else {
         return Ok(());
     };
     let held = conn
-        .prepare_cached(&stmt(
-            sql,
-            "UPDATE {p}keyed SET held_since = NULL WHERE event_id = ?1",
-        ))?
+        .prepare_cached(&sql.key_unhold)?
         .execute([id.to_string()])?
         == 1;
     if held {
@@ -186,13 +178,58 @@ pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
     let wait = busy(conn, sql, &key)?;
     join(conn, sql, &key, id)?;
     if wait {
-        conn.prepare_cached(&stmt(
-            sql,
-            "UPDATE {p}events SET next_attempt_at = NULL WHERE id = ?1 AND status = 'pending'",
-        ))?
-        .execute([id.to_string()])?;
+        conn.prepare_cached(&sql.key_undue)?
+            .execute([id.to_string()])?;
         conn.prepare_cached(&sql.waiting_delete)?
             .execute([id.to_string()])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(status: EventStatus, undue: bool, deliver_at: i64) -> Head {
+        Head {
+            id: "e".into(),
+            status: status.as_str().into(),
+            undue,
+            deliver_at,
+            created_at: 100,
+            priority: 0,
+        }
+    }
+
+    #[test]
+    fn a_waiting_head_wakes_pending_at_its_publish_time_or_scheduled_at_its_delivery_time() {
+        let now = Timestamp(1_000);
+        assert_eq!(
+            woken(&head(EventStatus::Pending, true, 0), now),
+            Some((EventStatus::Pending, 100))
+        );
+        // Delivery time passed while it waited: due now, in publish order.
+        assert_eq!(
+            woken(&head(EventStatus::Scheduled, true, 900), now),
+            Some((EventStatus::Pending, 100))
+        );
+        assert_eq!(
+            woken(&head(EventStatus::Scheduled, true, 5_000), now),
+            Some((EventStatus::Scheduled, 5_000))
+        );
+    }
+
+    #[test]
+    fn a_head_that_is_not_waiting_stays_as_it_is() {
+        let now = Timestamp(1_000);
+        // Already due (a retry), running, dead or cancelled.
+        assert_eq!(woken(&head(EventStatus::Pending, false, 0), now), None);
+        for status in [
+            EventStatus::Processing,
+            EventStatus::Dlq,
+            EventStatus::Cancelled,
+        ] {
+            assert_eq!(woken(&head(status, true, 0), now), None, "{status:?}");
+        }
+    }
 }

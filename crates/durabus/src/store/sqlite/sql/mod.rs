@@ -1,13 +1,14 @@
 //! Every SQL statement of the SQLite store, in one registry ([`Sql`]) built once per store for
 //! its table prefix, so that the bus's tables can sit beside an application's own in one
 //! database file. The templates live by capability (`events.rs`, `dead_letters.rs`,
-//! `operations.rs`, `payloads.rs`, `cancels.rs`); the statements built from a filter at run time in
-//! `filter.rs`.
+//! `operations.rs`, `payloads.rs`, `cancels.rs`, `keys.rs`); the statements built from a
+//! filter at run time in `filter.rs`.
 
 mod cancels;
 mod dead_letters;
 mod events;
 mod filter;
+mod keys;
 mod operations;
 mod payloads;
 
@@ -125,6 +126,20 @@ statements! {
     get_event = events::GET_EVENT;
     counts = events::COUNTS;
     retry_counts = events::RETRY_COUNTS;
+    key_busy = keys::KEY_BUSY;
+    key_join = keys::KEY_JOIN;
+    key_place = keys::KEY_PLACE;
+    key_drop = keys::KEY_DROP;
+    key_head = keys::KEY_HEAD;
+    key_wake = keys::KEY_WAKE;
+    key_cancelled = keys::KEY_CANCELLED;
+    key_cancelled_all = keys::KEY_CANCELLED_ALL;
+    key_waiting = keys::KEY_WAITING;
+    key_hold = keys::KEY_HOLD;
+    key_unhold = keys::KEY_UNHOLD;
+    key_dead_letter = keys::KEY_DEAD_LETTER;
+    key_of = keys::KEY_OF;
+    key_undue = keys::KEY_UNDUE;
     cn_state = cancels::CN_STATE;
     cn_event = cancels::CN_EVENT;
     cn_request = cancels::CN_REQUEST;
