@@ -296,6 +296,92 @@ pub async fn a_keys_order_survives_a_crash_mid_delivery(h: &Harness) {
     bus.shutdown().await.unwrap();
 }
 
+/// `id` handled by every subscription.
+fn done(id: EventId) -> durabus::Outcome {
+    durabus::Outcome::Done {
+        id,
+        delivered: vec!["recorder".into()],
+    }
+}
+
+pub async fn a_finished_head_wakes_its_successor_scheduled_or_due_in_its_lane(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    // A head due now; behind it one delayed by 600 s, then one with a priority.
+    let events = vec![
+        keyed("w", 1),
+        keyed("w", 2).delay(Duration::from_secs(600)),
+        keyed("w", 3).priority(7),
+        NewEvent::new("o.free", &4).unwrap(),
+    ];
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    store
+        .insert(events, InsertMode::Pending, now)
+        .await
+        .unwrap();
+    let first: Vec<EventId> = store
+        .claim_due(now, 1)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(first, vec![ids[0]], "only the key's head is claimable");
+    // The head finishes: its successor's delivery time is still ahead, so it is scheduled,
+    // not claimable, and it holds the key.
+    assert!(store.record(done(ids[0]), now).await.unwrap());
+    let st = |s: &durabus::Event| s.status;
+    let second = store.get_event(ids[1]).await.unwrap().unwrap();
+    assert_eq!(st(&second), EventStatus::Scheduled);
+    let claimed: Vec<EventId> = store
+        .claim_due(now, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(
+        claimed,
+        vec![ids[3]],
+        "the key waits for its scheduled event"
+    );
+    assert!(store.record(done(ids[3]), now).await.unwrap());
+    // Its time comes: it runs, then the prioritised one is due in its lane, ahead of an
+    // unkeyed event published after it.
+    let later = h.clock.now().plus(Duration::from_secs(600));
+    h.advance(Duration::from_secs(600));
+    // (On PostgreSQL a claim makes due scheduled events pending and the next claim takes
+    // them: a statement does not see its own changes.)
+    let mut claimed = store.claim_due(later, 10).await.unwrap();
+    if claimed.is_empty() {
+        claimed = store.claim_due(later, 10).await.unwrap();
+    }
+    assert_eq!(
+        claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![ids[1]]
+    );
+    let plain = NewEvent::new("o.free", &5).unwrap();
+    let plain_id = plain.id;
+    store
+        .insert(vec![plain], InsertMode::Pending, later)
+        .await
+        .unwrap();
+    assert!(store.record(done(ids[1]), later).await.unwrap());
+    let claimed = store.claim_due(later, 1).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![ids[2]],
+        "the woken event's priority puts it first"
+    );
+    assert_eq!(claimed[0].priority, 7);
+    assert!(store.record(done(ids[2]), later).await.unwrap());
+    let claimed = store.claim_due(later, 10).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![plain_id]
+    );
+}
+
 pub async fn bad_ordering_keys_are_refused_and_nothing_is_stored(h: &Harness) {
     let bus = h.bus().await;
     for key in [String::new(), "k".repeat(256)] {
