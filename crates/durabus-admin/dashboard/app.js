@@ -928,6 +928,7 @@ async function pauses(quiet) {
   const concurrencyRows = concurrency.map((l) => el('tr', { 'data-concurrency': l.subscription },
     el('td', {}, l.subscription), el('td', { class: 'num' }, num(l.max_in_flight)),
     el('td', { class: 'num' }, l.per_process ? num(l.per_process) : '—'),
+    el('td', {}, l.partition ? `${num(l.partition.max_in_flight)} by ${l.partition.by}` : '—'),
     el('td', { class: 'num' }, num(l.in_flight)), el('td', { class: 'num' }, num(l.waiting)),
     el('td', {}, l.set_by.name), el('td', { class: 'time' }, when(l.set_at)),
     el('td', {}, isAdmin() ? el('button', { class: 'danger', text: 'Remove', onclick: async () => {
@@ -939,17 +940,25 @@ async function pauses(quiet) {
     const sub = el('input', { id: 'concurrency-subscription', list: 'pause-names', placeholder: 'subscription' });
     const max = el('input', { id: 'concurrency-max', type: 'number', min: '1', step: '1', placeholder: 'at once, all processes' });
     const per = el('input', { id: 'concurrency-per-process', type: 'number', min: '1', step: '1', placeholder: 'in each process (optional)' });
+    const by = el('input', { id: 'concurrency-partition-by', placeholder: 'partition by: ordering_key or metadata.<field> (optional)' });
+    const each = el('input', { id: 'concurrency-per-partition', type: 'number', min: '1', step: '1', placeholder: 'of each partition (with partition by)' });
     concurrencyForm = el('div', { class: 'panel pause-form limit-form' },
       el('h2', { text: 'Set a concurrency limit' }),
-      el('p', { class: 'muted', text: 'At most this many handler runs of the subscription at once across every worker process (and, if given, in each); events past it wait in line, parked, and run as slots free up.' }),
-      sub, max, per,
+      el('p', { class: 'muted', text: 'At most this many handler runs of the subscription at once across every worker process (and, if given, in each, and of each partition: a tenant named by the ordering key or a metadata field); events past it wait in line, parked, and run as slots free up, tenants taking turns.' }),
+      sub, max, per, by, each,
       el('div', { class: 'actions' }, el('button', { text: 'Set concurrency', onclick: async () => {
         const n = parseInt(max.value, 10);
         if (!sub.value.trim() || !(n >= 1)) { banner('Name the subscription, and give at least 1 run at once.'); return; }
         const body = { max_in_flight: n };
         if (per.value.trim()) body.per_process = parseInt(per.value, 10);
+        if (by.value.trim() || each.value.trim()) {
+          const m = parseInt(each.value, 10);
+          if (!by.value.trim() || !(m >= 1)) { banner('A partition limit needs both what splits the events and at least 1 run of each partition.'); return; }
+          body.partition_by = by.value.trim();
+          body.per_partition = m;
+        }
         const r = await attempt(() => api('PUT', `/api/v2/concurrency-limits/${encodeURIComponent(sub.value.trim())}`, body));
-        if (r) { banner(`${r.subscription}: at most ${r.max_in_flight} runs at once.`, 'info'); pauses(true); }
+        if (r) { banner(`${r.subscription}: at most ${r.max_in_flight} runs at once${r.partition ? `, ${r.partition.max_in_flight} of each partition by ${r.partition.by}` : ''}.`, 'info'); pauses(true); }
       } })));
   }
   fill(view(),
@@ -962,7 +971,7 @@ async function pauses(quiet) {
     table(['Subscription', 'Runs', 'Per', 'Set by', 'Set at', ''], limitRows, 'No rate limits.'),
     limitForm,
     el('h1', { text: 'Concurrency limits' }),
-    table(['Subscription', 'At once', 'Per process', 'In flight', 'Waiting', 'Set by', 'Set at', ''], concurrencyRows, 'No concurrency limits.'),
+    table(['Subscription', 'At once', 'Per process', 'Per partition', 'In flight', 'Waiting', 'Set by', 'Set at', ''], concurrencyRows, 'No concurrency limits.'),
     concurrencyForm);
   if (!quiet) refreshing(pauses, () => document.activeElement && document.activeElement.closest && document.activeElement.closest('.pause-form, .limit-form'));
 }

@@ -2,7 +2,8 @@
 //! types cannot say them: lengths and patterns (from the library's own constants, so the
 //! document and the validators cannot drift apart: each constant is tested against its
 //! validator), ranges, and the rules between fields (a resolve needs a note, a bulk action on
-//! an empty filter needs `all`, a replay needs `from`, ids or `all`). A client that validates
+//! an empty filter needs `all`, a replay needs `from`, ids or `all`, a partition limit needs
+//! both its fields). A client that validates
 //! against the document and the server agree on every request; schemathesis checks it in CI.
 
 use durabus::cancel::REASON_MAX_CHARS as CANCEL_REASON_MAX;
@@ -210,6 +211,16 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
             json!({"type": ["integer", "null"], "minimum": 1, "maximum": durabus::concurrency::MAX_IN_FLIGHT}),
         ),
         (
+            "ConcurrencyBody",
+            "per_partition",
+            json!({"type": ["integer", "null"], "minimum": 1, "maximum": durabus::concurrency::MAX_IN_FLIGHT}),
+        ),
+        (
+            "ConcurrencyBody",
+            "partition_by",
+            json!({"type": ["string", "null"], "pattern": durabus::concurrency::PARTITION_BY_REGEX}),
+        ),
+        (
             "LimitBody",
             "per",
             json!({"type": "integer", "minimum": 1, "maximum": durabus::rate::MAX_PER}),
@@ -286,6 +297,12 @@ pub(crate) fn apply(doc: &mut Value) -> Result<(), String> {
         {"required": ["target"], "properties": {
             "scope": {"enum": ["subscription", "matching"]},
             "target": required_text(durabus::pause::TARGET_MAX_CHARS)}},
+    ]);
+    let concurrency = at(doc, &["components", "schemas", "ConcurrencyBody"])?;
+    concurrency["oneOf"] = json!([
+        {"properties": {"partition_by": {"type": "null"}, "per_partition": {"type": "null"}}},
+        {"required": ["partition_by", "per_partition"], "properties": {
+            "partition_by": {"type": "string"}, "per_partition": {"type": "integer"}}},
     ]);
     let replay = at(doc, &["components", "schemas", "ReplayBody"])?;
     replay["allOf"] = json!([

@@ -132,7 +132,7 @@ pub use actor::{Actor, ActorKind};
 pub use breaker::{BreakerConfig, BreakerSnapshot, BreakerState};
 pub use bus::{BusBuilder, EventBus, SubscriptionBreaker, SubscriptionId};
 pub use clock::{Clock, ManualClock, OffsetClock, SystemClock, Timestamp};
-pub use concurrency::{ConcurrencyLimit, ConcurrencyLimits};
+pub use concurrency::{ConcurrencyLimit, ConcurrencyLimits, PartitionBy, PartitionLimit};
 pub use config::{Backoff, BusConfig, MetricsConfig};
 pub use dlq::{
     Action, BulkRequest, DeadLetter, DeadLetterFilter, DeadLetterGroup, DeadLetterPage,

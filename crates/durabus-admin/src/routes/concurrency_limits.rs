@@ -3,7 +3,7 @@
 
 use axum::Extension;
 use axum::extract::State;
-use durabus::ConcurrencyLimit;
+use durabus::{ConcurrencyLimit, PartitionBy, PartitionLimit};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -35,11 +35,42 @@ pub(crate) struct ConcurrencyBody {
     #[serde(default, deserialize_with = "durabus::whole::optional")]
     #[schema(value_type = Option<u32>)]
     per_process: Option<u32>,
+    /// What splits the events into partitions (tenants): `ordering_key` or
+    /// `metadata.<field>`; with `per_partition`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    partition_by: Option<PartitionBy>,
+    /// Handler runs of one partition at once across every process (1 to 100,000); with
+    /// `partition_by`.
+    #[serde(default, deserialize_with = "durabus::whole::optional")]
+    #[schema(value_type = Option<u32>)]
+    per_partition: Option<u32>,
+}
+
+impl ConcurrencyBody {
+    /// The partition limit the body asks for: both fields or neither.
+    fn partition(&self) -> durabus::Result<Option<PartitionLimit>> {
+        match (&self.partition_by, self.per_partition) {
+            (Some(by), Some(each)) => Ok(Some(PartitionLimit::new(by.clone(), each))),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(durabus::Error::invalid(
+                "per_partition",
+                "missing",
+                "a number of runs per partition with partition_by",
+            )),
+            (None, Some(_)) => Err(durabus::Error::invalid(
+                "partition_by",
+                "missing",
+                "ordering_key or metadata.<field> with per_partition",
+            )),
+        }
+    }
 }
 
 /// Limits a subscription to `max_in_flight` handler runs at once across every worker process
-/// (and `per_process` in each), replacing its limit at once; events past it wait in line.
-/// `404` for an unknown subscription.
+/// (and `per_process` in each, and `per_partition` of each partition `partition_by` splits its
+/// events into), replacing its limit at once; events past it wait in line. `404` for an
+/// unknown subscription.
 #[utoipa::path(put, path = "/api/v2/concurrency-limits/{subscription}", tag = "concurrency-limits",
     params(("subscription" = String, Path, description = "The subscription's name (or id)")),
     request_body = ConcurrencyBody,
@@ -53,10 +84,11 @@ pub(crate) async fn set(
     let limit = state
         .bus()
         .concurrency_limits()
-        .set(
+        .set_partitioned(
             &subscription,
             body.max_in_flight,
             body.per_process,
+            body.partition()?,
             &caller.actor(),
         )
         .await?;

@@ -1,8 +1,9 @@
-//! `durabus concurrency-limit set NAME --max N [--per-process M] | remove NAME | list`: at most
-//! N handler runs of a subscription at once across every worker process on the database.
+//! `durabus concurrency-limit set NAME --max N [--per-process M] [--partition-by WHAT
+//! --per-partition K] | remove NAME | list`: at most N handler runs of a subscription at once
+//! across every worker process on the database, and at most K of each tenant.
 
 use clap::Subcommand;
-use durabus::{ConcurrencyLimit, ConcurrencyLimits, Store};
+use durabus::{ConcurrencyLimit, ConcurrencyLimits, PartitionLimit, Store};
 
 use crate::output;
 use crate::table::{Table, number, text};
@@ -22,6 +23,14 @@ pub enum ConcurrencyLimitCommand {
         /// Runs at once in each process (1 to 100,000; above --max it never binds).
         #[arg(long)]
         per_process: Option<u32>,
+        /// Split the events into partitions (tenants) by `ordering_key` or
+        /// `metadata.<field>`; needs --per-partition.
+        #[arg(long, requires = "per_partition")]
+        partition_by: Option<String>,
+        /// Runs of one partition at once across every process (1 to 100,000); needs
+        /// --partition-by.
+        #[arg(long, requires = "partition_by")]
+        per_partition: Option<u32>,
     },
     /// Remove a subscription's limit (the events waiting in line are due at once).
     Remove {
@@ -51,8 +60,16 @@ pub async fn run(
                 subscription,
                 max,
                 per_process,
+                partition_by,
+                per_partition,
             } => {
-                let l = limits.set(&subscription, max, per_process, &ctx.actor).await?;
+                let partition = match (partition_by, per_partition) {
+                    (Some(by), Some(each)) => Some(PartitionLimit::new(by.parse()?, each)),
+                    _ => None,
+                };
+                let l = limits
+                    .set_partitioned(&subscription, max, per_process, partition, &ctx.actor)
+                    .await?;
                 if ctx.json {
                     return output::json(&l);
                 }
@@ -61,8 +78,15 @@ pub async fn run(
                     l.subscription,
                     l.max_in_flight,
                     l.per_process
-                        .map_or_else(String::new, |p| format!(", {p} in each"))
+                        .map_or_else(String::new, |p| format!(", {p} in each")),
                 );
+                if let Some(p) = &l.partition {
+                    outln!(
+                        "  and at most {} of each partition by {} (events without it share the partition \"\")",
+                        p.max_in_flight,
+                        p.by
+                    );
+                }
             }
             ConcurrencyLimitCommand::Remove { subscription } => {
                 let l = limits.remove(&subscription).await?;
@@ -88,6 +112,7 @@ fn table(list: &[ConcurrencyLimit]) {
         text("SUBSCRIPTION", 24),
         number("MAX"),
         number("PER PROCESS"),
+        text("PER PARTITION", 24),
         number("IN FLIGHT"),
         number("WAITING"),
         text("SET BY", 12),
@@ -98,6 +123,10 @@ fn table(list: &[ConcurrencyLimit]) {
             l.subscription.clone(),
             l.max_in_flight.to_string(),
             l.per_process.map_or_else(|| "-".into(), |p| p.to_string()),
+            l.partition.as_ref().map_or_else(
+                || "-".into(),
+                |p| format!("{} by {}", p.max_in_flight, p.by),
+            ),
             l.in_flight.to_string(),
             l.waiting.to_string(),
             l.set_by.name.clone(),

@@ -9,6 +9,13 @@
 //! every process wakes as many waiting events as there are free slots (after a crash, or a
 //! raised limit). The per-process limit is a semaphore in the process: a run waits for it
 //! while holding its delivery slot.
+//!
+//! A limit may also have partitions ([`PartitionLimit`]): the subscription's events split by
+//! their ordering key or a metadata field (a tenant), at most so many runs of each partition
+//! at once. A freed slot wakes the first waiting event of its own partition, or the first one
+//! of a partition with room; an event woken is due at that moment, so it comes after every
+//! event already due: a tenant with a deep backlog takes turns with a tenant that publishes a
+//! few, instead of running its whole backlog first.
 
 use serde::{Deserialize, Serialize};
 
@@ -16,8 +23,11 @@ use crate::actor::Actor;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
 
+pub mod line;
+mod partition;
 mod service;
 
+pub use partition::{MAX_FIELD_LEN, PARTITION_BY_REGEX, PartitionBy, PartitionLimit, SlotAsk};
 pub use service::ConcurrencyLimits;
 
 /// The most runs in flight a limit may allow.
@@ -40,6 +50,9 @@ pub struct ConcurrencyLimit {
     pub max_in_flight: u32,
     /// Handler runs in flight at most in each process, if limited.
     pub per_process: Option<u32>,
+    /// The limit on each partition of the subscription's events, if it has partitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<PartitionLimit>,
     /// Runs holding a slot now (their lease not run out).
     pub in_flight: u64,
     /// Events waiting for a slot now.
@@ -85,11 +98,6 @@ pub enum SlotTake {
     Wait,
 }
 
-/// Whether a run may take a slot when `live` slots are held and the limit is `max`.
-pub fn may_take(live: u64, max: u32) -> bool {
-    live < u64::from(max)
-}
-
 /// How many waiting events to wake when `live` slots are held under `max`.
 pub fn to_wake(live: u64, max: u32) -> u64 {
     u64::from(max).saturating_sub(live)
@@ -100,9 +108,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slots_and_wakes_follow_the_limit() {
-        assert!(may_take(1, 2));
-        assert!(!may_take(2, 2));
+    fn wakes_follow_the_limit() {
         assert_eq!(to_wake(0, 3), 3);
         assert_eq!(to_wake(5, 3), 0);
         assert!(WAIT_MARK < crate::pause::parked_at(0));

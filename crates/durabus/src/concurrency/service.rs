@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::ConcurrencyLimit;
+use super::{ConcurrencyLimit, PartitionLimit};
 use crate::actor::Actor;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
@@ -47,7 +47,27 @@ impl ConcurrencyLimits {
         per_process: Option<u32>,
         actor: &Actor,
     ) -> Result<ConcurrencyLimit> {
+        self.set_partitioned(subscription, max_in_flight, per_process, None, actor)
+            .await
+    }
+
+    /// As [`set`](Self::set), and with `partition` given, at most its `max_in_flight` runs of
+    /// each partition of the subscription's events at once (a tenant's backlog then takes
+    /// turns with the other tenants' events instead of running first). `None` removes a
+    /// partition limit set before. Fails with [`Error::Invalid`] for a value out of range
+    /// (see [`PartitionLimit::check`]); nothing changes then.
+    pub async fn set_partitioned(
+        &self,
+        subscription: &str,
+        max_in_flight: u32,
+        per_process: Option<u32>,
+        partition: Option<PartitionLimit>,
+        actor: &Actor,
+    ) -> Result<ConcurrencyLimit> {
         ConcurrencyLimit::check(max_in_flight, per_process)?;
+        if let Some(p) = &partition {
+            p.check()?;
+        }
         actor.validate()?;
         let known = self.store.subscription_known(subscription).await?;
         if !known {
@@ -59,11 +79,12 @@ impl ConcurrencyLimits {
                 subscription,
                 max_in_flight,
                 per_process,
+                partition.as_ref(),
                 actor,
                 self.clock.now(),
             )
             .await?;
-        tracing::info!(subscription, max_in_flight, ?per_process, actor = %actor.name, "concurrency limit set");
+        tracing::info!(subscription, max_in_flight, ?per_process, ?partition, actor = %actor.name, "concurrency limit set");
         Ok(limit)
     }
 

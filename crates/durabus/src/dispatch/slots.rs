@@ -11,7 +11,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use super::Dispatcher;
 use super::registry::Entry;
 use crate::clock::Timestamp;
-use crate::concurrency::{LEASE_MARGIN, SlotTake, WAIT_MARK};
+use crate::concurrency::{LEASE_MARGIN, SlotAsk, SlotTake, WAIT_MARK};
 use crate::event::Event;
 
 /// This process's view of the concurrency-limited subscriptions: key → per-process limit.
@@ -94,7 +94,13 @@ impl Dispatcher {
         let lease = now.plus(sub.info.timeout).plus(LEASE_MARGIN);
         match self
             .store
-            .concurrency_take(&sub.key, event.id, self.breakers.process(), now, lease)
+            .concurrency_take(
+                &sub.key,
+                &SlotAsk::of(event),
+                self.breakers.process(),
+                now,
+                lease,
+            )
             .await
         {
             Ok(SlotTake::Granted) => Ok(Held {

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use crate::actor::Actor;
 use crate::clock::Timestamp;
-use crate::concurrency::{ConcurrencyLimit, SlotTake};
+use crate::concurrency::{ConcurrencyLimit, PartitionLimit, SlotAsk, SlotTake};
 use crate::error::Result;
 use crate::event::EventId;
 
@@ -14,13 +14,15 @@ use super::sealed;
 /// Concurrency limits (see [`crate::concurrency`]).
 #[async_trait]
 pub trait ConcurrencyStore: sealed::Sealed + Send + Sync + 'static {
-    /// Sets `subscription`'s limit (checked by the caller), by `actor` at `now`, and wakes as
-    /// many waiting events as a raised limit frees slots. Returns it.
+    /// Sets `subscription`'s limit (checked by the caller), with `partition` if given, by
+    /// `actor` at `now`, and wakes as many waiting events as a raised limit frees slots.
+    /// Returns it.
     async fn concurrency_set(
         &self,
         subscription: &str,
         max_in_flight: u32,
         per_process: Option<u32>,
+        partition: Option<&PartitionLimit>,
         actor: &Actor,
         now: Timestamp,
     ) -> Result<ConcurrencyLimit>;
@@ -36,20 +38,22 @@ pub trait ConcurrencyStore: sealed::Sealed + Send + Sync + 'static {
     /// Every limit, by subscription, with the slots held and the events waiting at `now`.
     async fn concurrency_list(&self, now: Timestamp) -> Result<Vec<ConcurrencyLimit>>;
 
-    /// Asks for a slot of `subscription` for the run of event `id` by `holder`, in one atomic
-    /// step: granted (held until `lease_until` unless released) while fewer than the limit
-    /// are held at `now`, else the event joins the waiting line.
+    /// Asks for a slot of `subscription` for the run `ask` describes by `holder`, in one
+    /// atomic step: granted (held until `lease_until` unless released) while the limit and
+    /// the run's partition have room at `now` (see [`crate::concurrency::line::Room`]), else
+    /// the event joins the waiting line.
     async fn concurrency_take(
         &self,
         subscription: &str,
-        id: EventId,
+        ask: &SlotAsk,
         holder: &str,
         now: Timestamp,
         lease_until: Timestamp,
     ) -> Result<SlotTake>;
 
-    /// Gives back the slot of the run of event `id`, and makes the first waiting event due
-    /// at `now` if a slot is free.
+    /// Gives back the slot of the run of event `id`, and makes the first waiting event of its
+    /// partition due at `now` if a slot is free (or, with none of its partition waiting, the
+    /// first of a partition with room).
     async fn concurrency_release(
         &self,
         subscription: &str,

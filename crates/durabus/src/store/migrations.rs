@@ -54,6 +54,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         "0015_concurrency_limits.sql",
         "concurrency_limits"
     ),
+    migration!(
+        16,
+        "sqlite",
+        "0016_partition_limits.sql",
+        "partition_limits"
+    ),
 ];
 
 /// The PostgreSQL store's migrations, in order.
@@ -82,6 +88,12 @@ pub(crate) const POSTGRES: &[Migration] = &[
         "postgres",
         "0014_concurrency_limits.sql",
         "concurrency_limits"
+    ),
+    migration!(
+        15,
+        "postgres",
+        "0015_partition_limits.sql",
+        "partition_limits"
     ),
 ];
 

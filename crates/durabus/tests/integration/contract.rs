@@ -181,6 +181,9 @@ macro_rules! all_contract_tests {
             concurrency::a_per_process_limit_holds_in_each_process,
             concurrency::slots_of_a_process_that_died_come_back_with_their_lease,
             concurrency::bad_concurrency_limits_are_refused_and_nothing_changes,
+            partitions::a_partition_limit_holds_per_tenant_and_the_others_run_beside_it,
+            partitions::a_small_tenant_is_not_stuck_behind_a_large_tenants_backlog,
+            partitions::bad_partition_limits_are_refused_and_nothing_changes,
         );
     };
 }

@@ -249,6 +249,11 @@ pub(super) async fn concurrency_limits_are_set_listed_and_removed(api: &Api) {
         json!({"max_in_flight": 0}),
         json!({"max_in_flight": 100_001}),
         json!({"max_in_flight": 2, "per_process": 0}),
+        json!({"max_in_flight": 2, "partition_by": "metadata.tenant"}),
+        json!({"max_in_flight": 2, "per_partition": 1}),
+        json!({"max_in_flight": 2, "partition_by": "metadata.tenant", "per_partition": 0}),
+        json!({"max_in_flight": 2, "partition_by": "tenant", "per_partition": 1}),
+        json!({"max_in_flight": 2, "partition_by": "metadata.", "per_partition": 1}),
     ] {
         let got = api
             .call(
@@ -271,10 +276,28 @@ pub(super) async fn concurrency_limits_are_set_listed_and_removed(api: &Api) {
         StatusCode::NOT_FOUND,
         "not_found",
     );
+    let listed = api.get("/api/v2/concurrency-limits").await.1;
+    assert_eq!(listed[0]["max_in_flight"], 5, "unchanged");
+    assert!(listed[0].get("partition").is_none(), "{listed}");
+    // A limit per tenant, by a metadata field.
+    let (s, set) = api
+        .call(
+            Method::PUT,
+            "/api/v2/concurrency-limits/payments",
+            Some(ADMIN),
+            Some(
+                json!({"max_in_flight": 50, "partition_by": "metadata.tenant", "per_partition": 2}),
+            ),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK, "{set}");
     assert_eq!(
-        api.get("/api/v2/concurrency-limits").await.1[0]["max_in_flight"],
-        5,
-        "unchanged"
+        set["partition"],
+        json!({"by": "metadata.tenant", "max_in_flight": 2})
+    );
+    assert_eq!(
+        api.get("/api/v2/concurrency-limits").await.1[0]["partition"]["by"],
+        "metadata.tenant"
     );
     let (s, _) = api
         .call(

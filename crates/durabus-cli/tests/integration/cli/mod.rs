@@ -2,6 +2,7 @@
 
 mod arguments;
 mod commands;
+mod concurrency;
 mod demo;
 mod pauses;
 mod pipes;

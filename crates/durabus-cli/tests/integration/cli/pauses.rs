@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::{json, stderr, stdout};
 
-fn run(dir: &Path, db: &[&str], args: &[&str]) -> Output {
+pub(super) fn run(dir: &Path, db: &[&str], args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_durabus"))
         .current_dir(dir)
         .args(db)
@@ -18,7 +18,7 @@ fn run(dir: &Path, db: &[&str], args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn one_line_failure(o: &Output, needle: &str) {
+pub(super) fn one_line_failure(o: &Output, needle: &str) {
     assert!(!o.status.success(), "{}", stdout(o));
     let err = stderr(o);
     assert!(err.contains(needle), "{err}");
@@ -26,7 +26,7 @@ fn one_line_failure(o: &Output, needle: &str) {
 }
 
 /// Polls `check` every 10 ms for at most 10 s.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+pub(super) fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
         assert!(
@@ -37,7 +37,7 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-struct Worker(Child);
+pub(super) struct Worker(Child);
 
 impl Drop for Worker {
     fn drop(&mut self) {
@@ -50,7 +50,7 @@ impl Drop for Worker {
 
 /// Starts `n` `durabus worker` processes on `db` in `dir` with the one handler `handler`
 /// (`PATTERN=COMMAND`); they stop when the returned values drop.
-fn workers(dir: &Path, db: &[&str], handler: &str, n: usize) -> Vec<Worker> {
+pub(super) fn workers(dir: &Path, db: &[&str], handler: &str, n: usize) -> Vec<Worker> {
     (0..n)
         .map(|_| {
             Worker(
@@ -338,49 +338,6 @@ fn limits_are_set_listed_and_removed_from_the_command_line() {
         json(&run(dir, &db, &["--json", "rate-limit", "list"])),
         serde_json::json!([])
     );
-    // Concurrency limits, the same way.
-    let set = json(&run(
-        dir,
-        &db,
-        &[
-            "--json",
-            "concurrency-limit",
-            "set",
-            "api.*",
-            "--max",
-            "8",
-            "--per-process",
-            "2",
-        ],
-    ));
-    assert_eq!(
-        (set["max_in_flight"].as_u64(), set["per_process"].as_u64()),
-        (Some(8), Some(2))
-    );
-    let listed = stdout(&run(dir, &db, &["concurrency-limit", "list"]));
-    assert!(listed.contains("api.*") && listed.contains('8'), "{listed}");
-    one_line_failure(
-        &run(
-            dir,
-            &db,
-            &["concurrency-limit", "set", "api.*", "--max", "0"],
-        ),
-        "max_in_flight",
-    );
-    one_line_failure(
-        &run(
-            dir,
-            &db,
-            &["concurrency-limit", "set", "nobody", "--max", "1"],
-        ),
-        "not found",
-    );
-    let removed = run(dir, &db, &["concurrency-limit", "remove", "api.*"]);
-    assert!(removed.status.success(), "{}", stderr(&removed));
-    one_line_failure(
-        &run(dir, &db, &["concurrency-limit", "remove", "api.*"]),
-        "not found",
-    );
 }
 
 #[test]
@@ -449,108 +406,6 @@ fn three_worker_processes_hold_a_rate_limit_on_postgres() {
         window.len(),
         runs.len(),
         pids.len()
-    );
-    drop(workers);
-    rt.block_on(crate::workers::drop_schema(&pool, &schema));
-}
-
-/// The handler runs recorded in `spans.txt` as (start, end) in ns.
-fn spans(dir: &Path) -> Vec<(u128, u128)> {
-    std::fs::read_to_string(dir.join("spans.txt"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let (s, e) = l.split_once(' ')?;
-            Some((s.parse().ok()?, e.parse().ok()?))
-        })
-        .collect()
-}
-
-/// The most runs in flight at one moment.
-fn most_overlapping(spans: &[(u128, u128)]) -> usize {
-    let mut edges: Vec<(u128, i32)> = spans
-        .iter()
-        .flat_map(|(s, e)| [(*s, 1), (*e, -1)])
-        .collect();
-    // An end before a start at the same instant: touching runs do not overlap.
-    edges.sort_unstable_by_key(|(t, d)| (*t, *d));
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, d) in edges {
-        now += d;
-        most = most.max(now);
-    }
-    usize::try_from(most).unwrap_or(0)
-}
-
-#[test]
-fn the_overlap_checker_counts_runs_in_flight() {
-    assert_eq!(most_overlapping(&[(0, 10), (5, 15), (10, 20)]), 2);
-    assert_eq!(most_overlapping(&[(0, 10), (1, 9), (2, 8)]), 3);
-    assert_eq!(most_overlapping(&[]), 0);
-}
-
-#[test]
-fn three_worker_processes_hold_a_concurrency_limit_on_postgres() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let Some(pool) = rt.block_on(crate::workers::admin()) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    let schema = crate::workers::schema();
-    let url = crate::workers::pg_url();
-    let db = ["--db", url.as_str(), "--schema", schema.as_str()];
-    let first = run(
-        dir,
-        &db,
-        &["worker", "--handler", "job=true", "--exit-when-idle"],
-    );
-    assert!(first.status.success(), "{}", stderr(&first));
-    let set = run(dir, &db, &["concurrency-limit", "set", "job", "--max", "2"]);
-    assert!(set.status.success(), "{}", stderr(&set));
-    let workers = workers(
-        dir,
-        &db,
-        r#"job=s=$(date +%s%N); sleep 0.05; echo "$s $(date +%s%N)" >> spans.txt"#,
-        3,
-    );
-    // A backlog at once, as an application's batch publishes it.
-    let publish = |n: usize| {
-        rt.block_on(async {
-            let bus = durabus::EventBus::builder()
-                .postgres_with(
-                    url.clone(),
-                    durabus::PgOptions {
-                        schema: schema.clone(),
-                        ..durabus::PgOptions::default()
-                    },
-                )
-                .build()
-                .await
-                .unwrap();
-            let events = (0..n)
-                .map(|i| durabus::NewEvent::new("job", &i).unwrap())
-                .collect();
-            bus.enqueue_batch(events).await.unwrap();
-            bus.shutdown().await.unwrap();
-        });
-    };
-    publish(30);
-    eventually("30 runs", || spans(dir).len() >= 30);
-    let limited = most_overlapping(&spans(dir));
-    // The checker can fail: without the limit, the same load overlaps more than 2.
-    let removed = run(dir, &db, &["concurrency-limit", "remove", "job"]);
-    assert!(removed.status.success(), "{}", stderr(&removed));
-    std::thread::sleep(Duration::from_millis(1200));
-    std::fs::remove_file(dir.join("spans.txt")).unwrap();
-    publish(30);
-    eventually("30 more runs", || spans(dir).len() >= 30);
-    let unlimited = most_overlapping(&spans(dir));
-    eprintln!("concurrency limit 2: at most {limited} at once; without it: {unlimited}");
-    assert!(limited <= 2, "{limited} runs at once under a limit of 2");
-    assert!(
-        unlimited > 2,
-        "the checker never saw more than 2 without the limit: {unlimited}"
     );
     drop(workers);
     rt.block_on(crate::workers::drop_schema(&pool, &schema));

@@ -168,7 +168,7 @@ pub async fn slots_of_a_process_that_died_come_back_with_their_lease(h: &Harness
         .store()
         .concurrency_take(
             "work",
-            EventId::new(),
+            &durabus::concurrency::SlotAsk::new(EventId::new()),
             "gone",
             now,
             now.plus(Duration::from_secs(30)),

@@ -13,6 +13,7 @@ pub mod history;
 pub mod lifecycle;
 pub mod operations;
 pub mod ordering;
+pub mod partitions;
 pub mod pauses;
 pub mod payloads;
 pub mod periodic;
