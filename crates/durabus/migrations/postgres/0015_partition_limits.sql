@@ -9,3 +9,5 @@ CREATE INDEX IF NOT EXISTS slots_part ON {s}.slots (subscription, part);
 CREATE INDEX IF NOT EXISTS slot_waiters_part ON {s}.slot_waiters (subscription, part, seq);
 -- Under a limit with partitions, a woken event keeps its place in line until it takes a slot.
 ALTER TABLE {s}.slot_waiters ADD COLUMN IF NOT EXISTS woken boolean NOT NULL DEFAULT false;
+-- An event just parked finds its entries (see `concurrency_parked`).
+CREATE INDEX IF NOT EXISTS slot_waiters_event ON {s}.slot_waiters (event_id);

@@ -9,3 +9,5 @@ CREATE INDEX IF NOT EXISTS {p}slots_part ON {p}slots(subscription, part);
 CREATE INDEX IF NOT EXISTS {p}slot_waiters_part ON {p}slot_waiters(subscription, part, seq);
 -- Under a limit with partitions, a woken event keeps its place in line until it takes a slot.
 ALTER TABLE {p}slot_waiters ADD COLUMN woken INTEGER NOT NULL DEFAULT 0;
+-- An event just parked finds its entries (see `concurrency_parked`).
+CREATE INDEX IF NOT EXISTS {p}slot_waiters_event ON {p}slot_waiters(event_id);

@@ -115,6 +115,15 @@ pub fn may_take(room: &Room, partition: &str, queued_ahead: bool) -> bool {
     room.admits(partition) && !queued_ahead
 }
 
+/// Whether a freed slot whose own partition woke no event may wake one of another partition
+/// (`room` as it is after the release): only under a limit with partitions, and only when the
+/// limit over all partitions was full before the release, that is one slot is free now. An
+/// event of another partition otherwise waits for its own partition's room, which this slot
+/// does not free; reading every partition's line for it would be wasted.
+pub fn wake_elsewhere(room: &Room, woke_own: u64) -> bool {
+    woke_own == 0 && room.per_partition.is_some() && room.free() == 1
+}
+
 /// What to do with the line: wake these entries (indices into the line read), drop these
 /// `seq`s and mark these woken.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -229,6 +238,21 @@ mod tests {
         again[1].state = InLine::Gone;
         let p = plan(&again, &mut Room::new(100, 0, Some(2), HashMap::new()), 10);
         assert_eq!((p.wake, p.drop), (vec![2, 3, 4], vec![2]));
+    }
+
+    #[test]
+    fn a_freed_slot_looks_at_other_partitions_only_when_the_whole_limit_was_full() {
+        let full_before = Room::new(4, 3, Some(2), HashMap::new());
+        assert!(wake_elsewhere(&full_before, 0));
+        assert!(
+            !wake_elsewhere(&full_before, 1),
+            "its own partition woke one"
+        );
+        assert!(!wake_elsewhere(
+            &Room::new(10, 3, Some(2), HashMap::new()),
+            0
+        ));
+        assert!(!wake_elsewhere(&Room::new(4, 3, None, HashMap::new()), 0));
     }
 
     #[test]

@@ -328,11 +328,12 @@ impl Dispatcher {
                 .await
             {
                 Ok(flags) => {
-                    for (o, applied) in outcomes.iter().zip(flags) {
+                    for (o, applied) in outcomes.iter().zip(&flags) {
                         if !applied {
                             tracing::warn!(event_id = %o.id(), "outcome not recorded: the event is no longer processing");
                         }
                     }
+                    self.parked_for_slots(&outcomes, &flags).await;
                     return;
                 }
                 Err(Error::StoreClosed) => {

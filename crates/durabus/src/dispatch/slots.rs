@@ -132,6 +132,32 @@ impl Dispatcher {
         }
     }
 
+    /// After `outcomes` were recorded (`applied` says which): the events they parked in a
+    /// concurrency limit's line wake their partitions' first waiting events if a slot freed
+    /// while they were still running. A failure is logged; the next sweep wakes them.
+    pub(super) async fn parked_for_slots(
+        &self,
+        outcomes: &[crate::store::Outcome],
+        applied: &[bool],
+    ) {
+        let parked: Vec<crate::event::EventId> = outcomes
+            .iter()
+            .zip(applied)
+            .filter(|(o, a)| **a && o.parks_for_slot())
+            .map(|(o, _)| o.id())
+            .collect();
+        if parked.is_empty() {
+            return;
+        }
+        if let Err(e) = self
+            .store
+            .concurrency_parked(&parked, self.clock.now())
+            .await
+        {
+            tracing::warn!(error = %e, "could not look for free slots after parking events; the next refresh does");
+        }
+    }
+
     /// Reads which subscriptions have a concurrency limit, and wakes the events waiting for
     /// slots that are free (after a crash, a raised limit).
     pub(crate) async fn refresh_slots(&self) -> crate::error::Result<()> {

@@ -61,6 +61,12 @@ pub trait ConcurrencyStore: sealed::Sealed + Send + Sync + 'static {
         now: Timestamp,
     ) -> Result<()>;
 
+    /// Events `ids` were just parked in a line: for each one's partition, wakes as many of
+    /// its first waiting events at `now` as it has room for. A slot freed while they were
+    /// still running the attempt that found none wakes no one (they were not parked yet);
+    /// this closes that gap without waiting for the next sweep. Returns how many woke.
+    async fn concurrency_parked(&self, ids: &[EventId], now: Timestamp) -> Result<u64>;
+
     /// For every limit: drops slots whose lease ran out and waiting entries of events that
     /// are no longer waiting, and makes as many waiting events due at `now` as slots are
     /// free. Returns how many it woke.

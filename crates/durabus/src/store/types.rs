@@ -79,6 +79,12 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Whether the outcome parks the event in a concurrency limit's line (pending at
+    /// [`WAIT_MARK`](crate::concurrency::WAIT_MARK)).
+    pub fn parks_for_slot(&self) -> bool {
+        matches!(self, Outcome::Retry { next_attempt_at, .. } if *next_attempt_at == crate::concurrency::WAIT_MARK)
+    }
+
     /// The event the outcome is for.
     pub fn id(&self) -> EventId {
         match self {

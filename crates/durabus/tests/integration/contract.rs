@@ -183,6 +183,7 @@ macro_rules! all_contract_tests {
             concurrency::bad_concurrency_limits_are_refused_and_nothing_changes,
             partitions::a_partition_limit_holds_per_tenant_and_the_others_run_beside_it,
             partitions::a_small_tenant_is_not_stuck_behind_a_large_tenants_backlog,
+            partitions::a_slot_freed_under_a_full_limit_goes_to_another_tenant_when_its_own_has_none,
             partitions::bad_partition_limits_are_refused_and_nothing_changes,
         );
     };

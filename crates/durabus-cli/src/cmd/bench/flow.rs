@@ -1,16 +1,33 @@
-//! Flow control: end to end with a concurrency limit of 64 on the handler's subscription,
-//! against end to end without one, in the same run and on the same store, alternating.
+//! Flow control: end to end with a concurrency limit of 64 on the handler's subscription, and
+//! with 100 tenants limited to 2 runs each, against end to end without a limit, in the same
+//! run and on the same store, alternating. Every run publishes the same events (each with a
+//! `tenant` metadata field, one of 100 in turn).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use durabus::{Actor, ActorKind, BusBuilder, SubscribeOptions};
+use durabus::{Actor, ActorKind, BusBuilder, PartitionBy, PartitionLimit, SubscribeOptions};
 use serde::Serialize;
 
 use super::harness::{Bench, Counter, batches, median};
 
 /// The concurrency limit of the limited runs.
 const LIMIT: u32 = 64;
+
+/// The tenants of the partitioned runs, and the runs of each at once.
+const TENANTS: u64 = 100;
+const PER_TENANT: u32 = 2;
+
+/// A lever set on the subscription of an end-to-end run.
+#[derive(Debug, Clone, Copy)]
+pub enum Lever {
+    /// None.
+    Unlimited,
+    /// A concurrency limit of this many runs at once.
+    Limit(u32),
+    /// [`TENANTS`] tenants (the `tenant` metadata field), at most this many runs of each.
+    PerTenant(u32),
+}
 
 /// The figures of the `flow` group.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -20,27 +37,52 @@ pub struct Figures {
     /// End to end without a limit, and with a concurrency limit of 64 (medians, ev/s).
     pub unlimited_e2e_eps: f64,
     pub limited_e2e_eps: f64,
+    /// End to end with 100 tenants limited to 2 runs each (median, ev/s).
+    pub partitioned_e2e_eps: f64,
 }
 
 /// Events per second from the first publish until a no-op handler has seen all `n`, on a bus
-/// from `builder` whose subscription has a concurrency limit of `limit`, or none.
-pub async fn end_to_end(builder: BusBuilder, n: u64, limit: Option<u32>) -> anyhow::Result<f64> {
+/// from `builder` whose subscription has `lever` set.
+pub async fn end_to_end(builder: BusBuilder, n: u64, lever: Lever) -> anyhow::Result<f64> {
     let bus = builder.build().await?;
     let counter = Arc::new(Counter::default());
     counter
         .subscribe_with(&bus, SubscribeOptions::default().name("bench-flow"))
         .await?;
-    if let Some(max) = limit {
-        let bench = Actor::new("bench", ActorKind::Cli);
-        bus.concurrency_limits()
-            .set("bench-flow", max, None, &bench)
-            .await?;
+    let bench = Actor::new("bench", ActorKind::Cli);
+    match lever {
+        Lever::Unlimited => {}
+        Lever::Limit(max) => {
+            bus.concurrency_limits()
+                .set("bench-flow", max, None, &bench)
+                .await?;
+        }
+        Lever::PerTenant(each) => {
+            let by = PartitionBy::Metadata("tenant".into());
+            bus.concurrency_limits()
+                .set_partitioned(
+                    "bench-flow",
+                    durabus::concurrency::MAX_IN_FLIGHT,
+                    None,
+                    Some(PartitionLimit::new(by, each)),
+                    &bench,
+                )
+                .await?;
+        }
     }
     // Start reads the limits before the first claim.
     bus.start().await?;
     let start = Instant::now();
+    let mut i = 0u64;
     for events in batches(0, n) {
-        bus.enqueue_batch(events?).await?;
+        let events = events?
+            .into_iter()
+            .map(|e| {
+                i += 1;
+                e.with_metadata("tenant", format!("tenant-{}", i % TENANTS))
+            })
+            .collect();
+        bus.enqueue_batch(events).await?;
     }
     counter.wait_for(n, Duration::from_secs(600)).await?;
     let eps = n as f64 / start.elapsed().as_secs_f64();
@@ -50,20 +92,26 @@ pub async fn end_to_end(builder: BusBuilder, n: u64, limit: Option<u32>) -> anyh
 
 /// Runs the group on fresh SQLite databases: `runs` of each, alternating.
 pub async fn run(b: &Bench, n: u64, runs: usize) -> anyhow::Result<Figures> {
-    let (mut plain, mut limited) = (Vec::new(), Vec::new());
+    let (mut plain, mut limited, mut partitioned) = (Vec::new(), Vec::new(), Vec::new());
     for run in 0..runs {
         b.say(&format!("end to end without a limit (run {})", run + 1));
-        plain.push(end_to_end(b.builder(), n, None).await?);
+        plain.push(end_to_end(b.builder(), n, Lever::Unlimited).await?);
         b.say(&format!(
             "end to end with a concurrency limit of {LIMIT} (run {})",
             run + 1
         ));
-        limited.push(end_to_end(b.builder(), n, Some(LIMIT)).await?);
+        limited.push(end_to_end(b.builder(), n, Lever::Limit(LIMIT)).await?);
+        b.say(&format!(
+            "end to end with {TENANTS} tenants limited to {PER_TENANT} each (run {})",
+            run + 1
+        ));
+        partitioned.push(end_to_end(b.builder(), n, Lever::PerTenant(PER_TENANT)).await?);
     }
     b.cleanup();
     Ok(Figures {
         flow_events: n,
         unlimited_e2e_eps: median(plain),
         limited_e2e_eps: median(limited),
+        partitioned_e2e_eps: median(partitioned),
     })
 }

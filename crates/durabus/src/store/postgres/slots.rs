@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::{PgStore, q, tx};
 use crate::actor::{Actor, ActorKind};
 use crate::clock::Timestamp;
-use crate::concurrency::line::{InLine, Plan, Room, Waiter, may_take, plan, scan};
+use crate::concurrency::line::{InLine, Plan, Room, Waiter, may_take, plan, scan, wake_elsewhere};
 use crate::concurrency::{ConcurrencyLimit, PartitionBy, PartitionLimit, SlotAsk, SlotTake};
 use crate::error::{Error, Result};
 use crate::event::EventId;
@@ -503,15 +503,15 @@ impl ConcurrencyStore for PgStore {
                     self.slots_held(&mut tx, subscription, now, partitioned)
                         .await?,
                 );
-                // The first waiting of the slot's own partition; with none that may run, the
-                // first of a partition with room.
+                // The first waiting of the slot's own partition; with none that may run and
+                // the whole limit full before, the first of a partition with room.
                 let part = part.unwrap_or_default();
                 let (waiters, ids) = self
                     .slot_line(&mut tx, subscription, Reach::Partition(&part), scan(1))
                     .await?;
                 let first = plan(&waiters, &mut room, 1);
                 let woke = self.slot_carry_out(&mut tx, &ids, &first, now).await?;
-                if woke == 0 && partitioned && room.free() > 0 {
+                if wake_elsewhere(&room, woke) {
                     let (waiters, ids) = self
                         .slot_line(&mut tx, subscription, Reach::EachPartition, 1)
                         .await?;
@@ -521,6 +521,49 @@ impl ConcurrencyStore for PgStore {
             }
             tx.commit().await?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn concurrency_parked(&self, ids: &[EventId], now: Timestamp) -> Result<u64> {
+        self.noted(async {
+            self.check()?;
+            let raw: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
+            let mut conn = self.pool.acquire().await?;
+            let lines: Vec<(String, String)> = q(&self.slot_sql(
+                "SELECT DISTINCT subscription, part FROM {s}.slot_waiters
+                 WHERE event_id = ANY($1) ORDER BY subscription, part",
+            ))
+            .bind(&raw)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<_>>()?;
+            drop(conn);
+            let mut woke = 0;
+            for (sub, part) in lines {
+                let mut tx = tx::begin(&self.pool).await?;
+                let Some(limit) = self.slot_limit_locked(&mut tx, &sub).await? else {
+                    continue;
+                };
+                let partitioned = limit.per_partition.is_some();
+                let mut room = limit.room(self.slots_held(&mut tx, &sub, now, partitioned).await?);
+                if room.admits(&part) {
+                    let (waiters, ids) = self
+                        .slot_line(
+                            &mut tx,
+                            &sub,
+                            Reach::Partition(&part),
+                            scan(room.free().min(64)),
+                        )
+                        .await?;
+                    let plan = plan(&waiters, &mut room, u64::MAX);
+                    woke += self.slot_carry_out(&mut tx, &ids, &plan, now).await?;
+                }
+                tx.commit().await?;
+            }
+            Ok(woke)
         })
         .await
     }

@@ -12,7 +12,7 @@ use super::rows::corrupt;
 use super::sql::Sql;
 use crate::actor::{Actor, ActorKind};
 use crate::clock::Timestamp;
-use crate::concurrency::line::{InLine, Plan, Room, Waiter, may_take, plan, scan};
+use crate::concurrency::line::{InLine, Plan, Room, Waiter, may_take, plan, scan, wake_elsewhere};
 use crate::concurrency::{ConcurrencyLimit, PartitionBy, PartitionLimit, SlotAsk, SlotTake};
 use crate::error::Result;
 use crate::event::EventId;
@@ -473,8 +473,8 @@ impl WriteOp for Release {
         if room.free() == 0 {
             return Ok(0);
         }
-        // The first waiting of the slot's own partition; with none that may run, the first
-        // of a partition with room.
+        // The first waiting of the slot's own partition; with none that may run and the
+        // whole limit full before, the first of a partition with room.
         let part = part.unwrap_or_default();
         let (waiters, ids) = line(
             conn,
@@ -485,12 +485,61 @@ impl WriteOp for Release {
         )?;
         let first = plan(&waiters, &mut room, 1);
         let woke = carry_out(conn, sql, &ids, &first, now)?;
-        if woke > 0 || !partitioned {
+        if !wake_elsewhere(&room, woke) {
             return Ok(woke);
         }
         let (waiters, ids) = line(conn, sql, &self.subscription, Reach::EachPartition, 1)?;
         let other = plan(&waiters, &mut room, 1);
         carry_out(conn, sql, &ids, &other, now)
+    }
+
+    fn wakes(&self, n: &u64) -> bool {
+        *n > 0
+    }
+}
+
+struct Parked(Vec<EventId>);
+
+impl WriteOp for Parked {
+    type Reply = u64;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
+        let mut lines: Vec<(String, String)> = Vec::new();
+        for id in &self.0 {
+            let found: Vec<(String, String)> = conn
+                .prepare_cached(&stmt(
+                    sql,
+                    "SELECT subscription, part FROM {p}slot_waiters WHERE event_id = ?1",
+                ))?
+                .query_map([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for entry in found {
+                if !lines.contains(&entry) {
+                    lines.push(entry);
+                }
+            }
+        }
+        let mut woke = 0;
+        for (sub, part) in lines {
+            let Some(limit) = limit_row(conn, sql, &sub)? else {
+                continue;
+            };
+            let partitioned = limit.per_partition.is_some();
+            let mut room = limit.room(held(conn, sql, &sub, now, partitioned)?);
+            if !room.admits(&part) {
+                continue;
+            }
+            let (waiters, ids) = line(
+                conn,
+                sql,
+                &sub,
+                Reach::Partition(&part),
+                scan(room.free().min(64)),
+            )?;
+            let plan = plan(&waiters, &mut room, u64::MAX);
+            woke += carry_out(conn, sql, &ids, &plan, now)?;
+        }
+        Ok(woke)
     }
 
     fn wakes(&self, n: &u64) -> bool {
@@ -586,6 +635,10 @@ impl ConcurrencyStore for SqliteStore {
             id,
         };
         self.write(op, now).await.map(drop)
+    }
+
+    async fn concurrency_parked(&self, ids: &[EventId], now: Timestamp) -> Result<u64> {
+        self.write(Parked(ids.to_vec()), now).await
     }
 
     async fn concurrency_sweep(&self, now: Timestamp) -> Result<u64> {

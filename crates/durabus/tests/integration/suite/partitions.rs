@@ -38,7 +38,18 @@ async fn process(
     gate: &Arc<Semaphore>,
     wall: bool,
 ) -> EventBus {
-    let mut builder = h.builder().await.pause_refresh(REFRESH);
+    process_refreshed(h, seen, gate, wall, REFRESH).await
+}
+
+/// [`process`], reading the limits (and sweeping their lines) every `refresh`.
+async fn process_refreshed(
+    h: &Harness,
+    seen: &Arc<Mutex<Tenants>>,
+    gate: &Arc<Semaphore>,
+    wall: bool,
+    refresh: Duration,
+) -> EventBus {
+    let mut builder = h.builder().await.pause_refresh(refresh);
     if wall {
         builder = builder.clock(Arc::new(durabus::SystemClock));
     }
@@ -158,6 +169,54 @@ pub async fn a_partition_limit_holds_per_tenant_and_the_others_run_beside_it(h: 
     bus.shutdown().await.unwrap();
 }
 
+pub async fn a_slot_freed_under_a_full_limit_goes_to_another_tenant_when_its_own_has_none(
+    h: &Harness,
+) {
+    let (seen, gate) = (
+        Arc::new(Mutex::new(Tenants::default())),
+        Arc::new(Semaphore::new(0)),
+    );
+    // No refresh in the test's time: only the freed slot can wake b (a sweep would too).
+    let bus = process_refreshed(h, &seen, &gate, false, Duration::from_secs(10)).await;
+    // Two at once in all, two of each tenant: a's two runs fill the limit; b waits for room
+    // over all tenants, not for its own.
+    bus.concurrency_limits()
+        .set_partitioned("work", 2, None, by_tenant(2), &ops())
+        .await
+        .unwrap();
+    bus.start().await.unwrap();
+    let a = bus
+        .enqueue_batch(vec![of("a", 0), of("a", 1)])
+        .await
+        .unwrap();
+    eventually("a's two runs", || async {
+        (seen.lock().unwrap().started == 2).then_some(())
+    })
+    .await;
+    let b = bus.enqueue_event(of("b", 2)).await.unwrap();
+    eventually("b in line", || async {
+        let l = bus.concurrency_limits().list().await.unwrap();
+        (l[0].waiting == 1).then_some(())
+    })
+    .await;
+    // One of a's runs ends: a has no one in line, so the slot goes to b.
+    gate.add_permits(1);
+    let freed = std::time::Instant::now();
+    while seen.lock().unwrap().now.get("b") != Some(&1) {
+        // Well before the next refresh (10 s after the start) could wake b instead.
+        assert!(
+            freed.elapsed() < Duration::from_secs(3),
+            "the freed slot did not wake b"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    gate.add_permits(10);
+    for id in a.into_iter().chain([b]) {
+        wait_status(&bus, id, EventStatus::Done).await;
+    }
+    bus.shutdown().await.unwrap();
+}
+
 pub async fn a_small_tenant_is_not_stuck_behind_a_large_tenants_backlog(h: &Harness) {
     let (seen, gate) = (
         Arc::new(Mutex::new(Tenants::default())),
@@ -198,7 +257,6 @@ pub async fn a_small_tenant_is_not_stuck_behind_a_large_tenants_backlog(h: &Harn
     }
     {
         let s = seen.lock().unwrap();
-        let a_before = s.finished.iter().filter(|w| *w == "a").count();
         let b_at: Vec<usize> = s
             .finished
             .iter()
@@ -206,6 +264,9 @@ pub async fn a_small_tenant_is_not_stuck_behind_a_large_tenants_backlog(h: &Harn
             .filter(|(_, w)| *w == "b")
             .map(|(i, _)| i)
             .collect();
+        // a's runs that finished before b's last.
+        let last = b_at.last().copied().unwrap_or(0);
+        let a_before = s.finished[..last].iter().filter(|w| *w == "a").count();
         eprintln!("b's 10 events finished after {a_before} of a's (at {b_at:?})");
         assert!(
             a_before < 200,
