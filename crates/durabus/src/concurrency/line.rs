@@ -38,6 +38,41 @@ impl InLine {
     }
 }
 
+/// A limit as a store reads it to take or give back a slot: its limit over all partitions,
+/// its limit per partition and what splits its events.
+#[derive(Debug, Clone)]
+pub struct StoredLimit {
+    /// Runs at once over all partitions.
+    pub max: u32,
+    /// Runs at once of each partition, if it has partitions.
+    pub per_partition: Option<u32>,
+    /// What splits its events into partitions.
+    pub by: Option<super::PartitionBy>,
+}
+
+impl StoredLimit {
+    /// The room under this limit with `held` slots held: in all, and by partition.
+    pub fn room(&self, held: (u64, HashMap<String, u64>)) -> Room {
+        Room::new(self.max, held.0, self.per_partition, held.1)
+    }
+
+    /// Whether it has partitions.
+    pub fn partitioned(&self) -> bool {
+        self.per_partition.is_some()
+    }
+}
+
+/// Which part of a subscription's line a wake reads.
+#[derive(Debug, Clone, Copy)]
+pub enum Reach<'a> {
+    /// The first entries of one partition.
+    Partition(&'a str),
+    /// The first entries of each partition.
+    EachPartition,
+    /// The first entries of the whole line.
+    All,
+}
+
 /// One entry of the line, in line order (by `seq`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter {

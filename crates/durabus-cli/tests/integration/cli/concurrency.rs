@@ -108,6 +108,46 @@ fn concurrency_limits_are_set_listed_and_removed_from_the_command_line() {
     assert_eq!(listed[0]["max_in_flight"], 50, "unchanged: {listed}");
 }
 
+/// A fresh schema on the test server, with subscription `job` made by a first worker run,
+/// and a directory for the workers' records; the schema is dropped at the end.
+struct Pg {
+    rt: tokio::runtime::Runtime,
+    pool: durabus::sqlx::PgPool,
+    dir: tempfile::TempDir,
+    url: String,
+    schema: String,
+}
+
+impl Pg {
+    /// `None` when the server is not there (a skip outside CI).
+    fn new() -> Option<Pg> {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let pool = rt.block_on(crate::workers::admin())?;
+        let pg = Pg {
+            rt,
+            pool,
+            dir: tempfile::tempdir().unwrap(),
+            url: crate::workers::pg_url(),
+            schema: crate::workers::schema(),
+        };
+        let db = ["--db", pg.url.as_str(), "--schema", pg.schema.as_str()];
+        let first = run(
+            pg.dir.path(),
+            &db,
+            &["worker", "--handler", "job=true", "--exit-when-idle"],
+        );
+        assert!(first.status.success(), "{}", stderr(&first));
+        Some(pg)
+    }
+}
+
+impl Drop for Pg {
+    fn drop(&mut self) {
+        self.rt
+            .block_on(crate::workers::drop_schema(&self.pool, &self.schema));
+    }
+}
+
 /// The handler runs recorded in `spans.txt` as (start, end) in ns.
 fn spans(dir: &Path) -> Vec<(u128, u128)> {
     std::fs::read_to_string(dir.join("spans.txt"))
@@ -145,21 +185,11 @@ fn the_overlap_checker_counts_runs_in_flight() {
 
 #[test]
 fn three_worker_processes_hold_a_concurrency_limit_on_postgres() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let Some(pool) = rt.block_on(crate::workers::admin()) else {
+    let Some(pg) = Pg::new() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    let schema = crate::workers::schema();
-    let url = crate::workers::pg_url();
+    let (rt, dir, url, schema) = (&pg.rt, pg.dir.path(), &pg.url, &pg.schema);
     let db = ["--db", url.as_str(), "--schema", schema.as_str()];
-    let first = run(
-        dir,
-        &db,
-        &["worker", "--handler", "job=true", "--exit-when-idle"],
-    );
-    assert!(first.status.success(), "{}", stderr(&first));
     let set = run(dir, &db, &["concurrency-limit", "set", "job", "--max", "2"]);
     assert!(set.status.success(), "{}", stderr(&set));
     let workers = workers(
@@ -207,7 +237,6 @@ fn three_worker_processes_hold_a_concurrency_limit_on_postgres() {
         "the checker never saw more than 2 without the limit: {unlimited}"
     );
     drop(workers);
-    rt.block_on(crate::workers::drop_schema(&pool, &schema));
 }
 
 /// The handler runs recorded in `tenants.txt` as tenant → (start, end) in ns.
@@ -229,21 +258,11 @@ fn tenant_spans(dir: &Path) -> std::collections::HashMap<String, Vec<(u128, u128
 
 #[test]
 fn three_worker_processes_hold_a_limit_per_tenant_on_postgres() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let Some(pool) = rt.block_on(crate::workers::admin()) else {
+    let Some(pg) = Pg::new() else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    let schema = crate::workers::schema();
-    let url = crate::workers::pg_url();
+    let (rt, dir, url, schema) = (&pg.rt, pg.dir.path(), &pg.url, &pg.schema);
     let db = ["--db", url.as_str(), "--schema", schema.as_str()];
-    let first = run(
-        dir,
-        &db,
-        &["worker", "--handler", "job=true", "--exit-when-idle"],
-    );
-    assert!(first.status.success(), "{}", stderr(&first));
     let set = run(
         dir,
         &db,
@@ -315,6 +334,4 @@ fn three_worker_processes_hold_a_limit_per_tenant_on_postgres() {
         "all tenants together never ran more than 2 at once: {together}"
     );
     drop(workers);
-    std::thread::sleep(Duration::from_millis(10));
-    rt.block_on(crate::workers::drop_schema(&pool, &schema));
 }

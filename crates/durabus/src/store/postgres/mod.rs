@@ -38,6 +38,7 @@ mod rates;
 mod record;
 mod rows;
 mod schema;
+mod slot_rows;
 mod slots;
 mod sql;
 mod sql_ops;

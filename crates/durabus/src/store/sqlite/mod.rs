@@ -24,6 +24,7 @@ mod rates;
 mod row_writes;
 mod rows;
 mod schema;
+mod slot_rows;
 mod slots;
 mod sql;
 mod subscriptions;
