@@ -141,6 +141,27 @@ impl Pg {
     }
 }
 
+impl Pg {
+    /// Publishes `events` in one batch, as an application would.
+    fn publish(&self, events: Vec<durabus::NewEvent>) {
+        self.rt.block_on(async {
+            let bus = durabus::EventBus::builder()
+                .postgres_with(
+                    self.url.clone(),
+                    durabus::PgOptions {
+                        schema: self.schema.clone(),
+                        ..durabus::PgOptions::default()
+                    },
+                )
+                .build()
+                .await
+                .unwrap();
+            bus.enqueue_batch(events).await.unwrap();
+            bus.shutdown().await.unwrap();
+        });
+    }
+}
+
 impl Drop for Pg {
     fn drop(&mut self) {
         self.rt
@@ -188,7 +209,7 @@ fn three_worker_processes_hold_a_concurrency_limit_on_postgres() {
     let Some(pg) = Pg::new() else {
         return;
     };
-    let (rt, dir, url, schema) = (&pg.rt, pg.dir.path(), &pg.url, &pg.schema);
+    let (dir, url, schema) = (pg.dir.path(), &pg.url, &pg.schema);
     let db = ["--db", url.as_str(), "--schema", schema.as_str()];
     let set = run(dir, &db, &["concurrency-limit", "set", "job", "--max", "2"]);
     assert!(set.status.success(), "{}", stderr(&set));
@@ -200,24 +221,11 @@ fn three_worker_processes_hold_a_concurrency_limit_on_postgres() {
     );
     // A backlog at once, as an application's batch publishes it.
     let publish = |n: usize| {
-        rt.block_on(async {
-            let bus = durabus::EventBus::builder()
-                .postgres_with(
-                    url.clone(),
-                    durabus::PgOptions {
-                        schema: schema.clone(),
-                        ..durabus::PgOptions::default()
-                    },
-                )
-                .build()
-                .await
-                .unwrap();
-            let events = (0..n)
+        pg.publish(
+            (0..n)
                 .map(|i| durabus::NewEvent::new("job", &i).unwrap())
-                .collect();
-            bus.enqueue_batch(events).await.unwrap();
-            bus.shutdown().await.unwrap();
-        });
+                .collect(),
+        );
     };
     publish(30);
     eventually("30 runs", || spans(dir).len() >= 30);
@@ -261,7 +269,7 @@ fn three_worker_processes_hold_a_limit_per_tenant_on_postgres() {
     let Some(pg) = Pg::new() else {
         return;
     };
-    let (rt, dir, url, schema) = (&pg.rt, pg.dir.path(), &pg.url, &pg.schema);
+    let (dir, url, schema) = (pg.dir.path(), &pg.url, &pg.schema);
     let db = ["--db", url.as_str(), "--schema", schema.as_str()];
     let set = run(
         dir,
@@ -286,29 +294,16 @@ fn three_worker_processes_hold_a_limit_per_tenant_on_postgres() {
         3,
     );
     // Three tenants' events at once, 12 each.
-    rt.block_on(async {
-        let bus = durabus::EventBus::builder()
-            .postgres_with(
-                url.clone(),
-                durabus::PgOptions {
-                    schema: schema.clone(),
-                    ..durabus::PgOptions::default()
-                },
-            )
-            .build()
-            .await
-            .unwrap();
-        let events = (0..36)
+    pg.publish(
+        (0..36)
             .map(|i| {
                 let tenant = format!("t{}", i % 3);
                 durabus::NewEvent::new("job", &tenant)
                     .unwrap()
                     .with_metadata("tenant", tenant)
             })
-            .collect();
-        bus.enqueue_batch(events).await.unwrap();
-        bus.shutdown().await.unwrap();
-    });
+            .collect(),
+    );
     eventually("36 runs", || {
         tenant_spans(dir).values().map(Vec::len).sum::<usize>() >= 36
     });
