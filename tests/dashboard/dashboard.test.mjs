@@ -349,6 +349,17 @@ test('a rate limit and a concurrency limit are set for a subscription and remove
   await t.page.waitForSelector('tr[data-concurrency="shipping"]');
   assert.match(await t.page.textContent('tr[data-concurrency="shipping"]'), /8.*2.*0.*0.*ops/s);
   assert.deepEqual((await get('/api/v2/concurrency-limits')).map((l) => [l.subscription, l.max_in_flight, l.per_process]), [['shipping', 8, 2]]);
+  // A limit per tenant: half of it is refused in the page; both fields set it.
+  await t.page.fill('#concurrency-subscription', 'shipping');
+  await t.page.fill('#concurrency-max', '8');
+  await t.page.fill('#concurrency-partition-by', 'metadata.tenant');
+  await t.page.click('button:text-is("Set concurrency")');
+  await t.page.waitForSelector('#banner:has-text("A partition limit needs both")');
+  await t.page.fill('#concurrency-per-partition', '2');
+  await t.page.click('button:text-is("Set concurrency")');
+  await t.page.waitForFunction(() => (document.querySelector('tr[data-concurrency="shipping"]') || {}).textContent?.includes('2 by metadata.tenant'));
+  assert.deepEqual((await get('/api/v2/concurrency-limits')).map((l) => [l.max_in_flight, l.partition]), [[8, { by: 'metadata.tenant', max_in_flight: 2 }]]);
+  await shot(t.page, 'concurrency-limits');
   await t.page.click('tr[data-concurrency="shipping"] button:text-is("Remove")');
   await t.page.waitForFunction(() => !document.querySelector('tr[data-concurrency]'));
   await t.page.click('tr[data-limit="shipping"] button:text-is("Remove")');
