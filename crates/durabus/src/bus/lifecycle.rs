@@ -115,6 +115,9 @@ impl EventBus {
         life.shutting_down.store(true, Ordering::SeqCst);
         life.supervisor.drain().await;
         let d = self.dispatcher();
+        // The concurrency slots kept for runs that will not come go back now; the runs still
+        // going give theirs back as they end.
+        d.close_slots().await;
         // Rows of unnamed subscriptions belong to this process alone; named rows stay, since a
         // later process with the same names carries on their delivery records.
         for sub in d.registry().all() {

@@ -9,6 +9,7 @@ pub(crate) mod breakers;
 pub(crate) mod decide;
 pub(crate) mod handoff;
 pub(crate) mod inflight;
+mod kept;
 pub(crate) mod limits;
 pub(crate) mod observer;
 pub(crate) mod paused;

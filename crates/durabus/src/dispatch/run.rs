@@ -83,7 +83,7 @@ impl Dispatcher {
             let result = run.as_mut().await;
             let outcome = RunResult::of(&result);
             spans::ended(run.as_ref().get_ref().span(), outcome);
-            self.give_back(event, sub, held).await;
+            self.give_back(sub, held, result.is_ok()).await;
             self.telemetry
                 .handler_finished(sub.info.label(), outcome, started.elapsed());
             let at = self.clock.now();

@@ -285,6 +285,8 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             }
             if queue.is_empty() {
                 drop((slot, write));
+                // Nothing more to run: the concurrency slots kept for the next runs go back.
+                dispatcher.release_idle_slots().await;
                 let sleep_for = match store.next_due().await {
                     Ok(Some(due)) => clock.now().until(due).min(config.poll_interval),
                     _ => config.poll_interval,
@@ -311,6 +313,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             }
         }
         if let Some(event) = queue.pop_front() {
+            dispatcher.set_busy();
             spawn_delivery(
                 &dispatcher,
                 event,

@@ -38,6 +38,10 @@ pub trait ConcurrencyStore: sealed::Sealed + Send + Sync + 'static {
     /// Every limit, by subscription, with the slots held and the events waiting at `now`.
     async fn concurrency_list(&self, now: Timestamp) -> Result<Vec<ConcurrencyLimit>>;
 
+    /// The partitions of `subscription` (`""` for a limit without partitions) with an event
+    /// waiting in its line and not woken yet, at most `most` of them, in no given order.
+    async fn concurrency_waiting(&self, subscription: &str, most: u32) -> Result<Vec<String>>;
+
     /// Asks for a slot of `subscription` for the run `ask` describes by `holder`, in one
     /// atomic step: granted (held until `lease_until` unless released) while the limit and
     /// the run's partition have room at `now` (see [`crate::concurrency::line::Room`]), else

@@ -114,6 +114,26 @@ impl ConcurrencyStore for PgStore {
         .await
     }
 
+    async fn concurrency_waiting(&self, subscription: &str, most: u32) -> Result<Vec<String>> {
+        self.noted(async {
+            self.check()?;
+            let mut conn = self.pool.acquire().await?;
+            q(&self.slot_sql(
+                "SELECT DISTINCT part FROM {s}.slot_waiters
+                 WHERE subscription = $1 AND NOT woken LIMIT $2",
+            ))
+            .bind(subscription)
+            .bind(i64::from(most))
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get(0))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(Into::into)
+        })
+        .await
+    }
+
     async fn concurrency_take(
         &self,
         subscription: &str,

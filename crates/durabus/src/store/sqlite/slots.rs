@@ -318,6 +318,21 @@ impl ConcurrencyStore for SqliteStore {
         self.read(move |c| limits(c, &sql, None, now)).await
     }
 
+    async fn concurrency_waiting(&self, subscription: &str, most: u32) -> Result<Vec<String>> {
+        let sql = self.sql.clone();
+        let sub = subscription.to_owned();
+        self.read(move |c| {
+            c.prepare_cached(&stmt(
+                &sql,
+                "SELECT DISTINCT part FROM {p}slot_waiters
+                 WHERE subscription = ?1 AND woken = 0 LIMIT ?2",
+            ))?
+            .query_map(params![sub, most], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()
+        })
+        .await
+    }
+
     async fn concurrency_take(
         &self,
         subscription: &str,

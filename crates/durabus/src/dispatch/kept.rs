@@ -1,0 +1,728 @@
+//! The concurrency slots this process keeps between two runs (see [`crate::concurrency`]).
+//!
+//! Taking a slot in the store and giving it back are two writes per run. When a run that held
+//! a slot ends well while the worker loop has events to run, and no event of its partition
+//! waits in the subscription's line, the process keeps the slot (at most [`KEEP_MAX`]) (still held in the store, with its
+//! lease) and the next run of the same subscription and partition takes it here, with no
+//! write. The limit holds: every run still holds a slot the store counts. What is kept goes
+//! back to the store:
+//! - when an event of its partition waits in the line (this process was refused a slot, or
+//!   a refresh read such an event, not woken yet): kept slots would make it wait longer;
+//! - when the limit changed (read at a refresh): slots taken under the old one are not reused;
+//! - when the worker loop finds nothing more to claim, at a refresh for a slot that stayed
+//!   idle since the refresh before, and at shutdown;
+//! - when its lease would run out before a run could end.
+//!
+//! Only a run that ended well keeps its slot: the slot's row in the store is named after the
+//! event that took it, and an event that failed comes back for another attempt, which would
+//! take a slot under the same name.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use tokio::sync::oneshot;
+
+use crate::clock::Timestamp;
+use crate::concurrency::LEASE_MARGIN;
+use crate::event::EventId;
+
+/// The most slots a process keeps idle at once.
+pub(crate) const KEEP_MAX: usize = 1_024;
+
+/// A slot held in the store by this process, between runs or for a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Slot {
+    /// The event its row in the store is named after (the one that took it).
+    pub row: EventId,
+    /// Its partition (`""` when the limit has none).
+    pub part: String,
+    /// When its lease runs out.
+    pub lease_until: Timestamp,
+    /// When the limit it was taken under was set: a slot of an older limit is not reused.
+    pub set_at: Timestamp,
+}
+
+impl Slot {
+    /// Whether its lease outlasts a run of at most `timeout` starting `now`, with half the
+    /// lease margin to spare.
+    fn lasts(&self, now: Timestamp, timeout: std::time::Duration) -> bool {
+        now.plus(timeout).plus(LEASE_MARGIN / 2) <= self.lease_until
+    }
+}
+
+/// A run asking for a slot.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Run<'a> {
+    /// Its subscription's key.
+    pub sub: &'a str,
+    /// Its partition (`""` when the limit has none).
+    pub part: &'a str,
+    /// When the limit this process last read was set.
+    pub set_at: Timestamp,
+    /// When it starts.
+    pub now: Timestamp,
+    /// Its handler's timeout.
+    pub timeout: std::time::Duration,
+}
+
+/// A limit's room, as this process last read it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound {
+    /// Runs at once over all partitions.
+    pub max: u32,
+    /// Runs at once of each partition, if it has partitions.
+    pub per_partition: Option<u32>,
+}
+
+/// Where a run's slot comes from.
+#[derive(Debug)]
+pub(crate) enum Acquire {
+    /// A slot kept here.
+    Kept(Slot),
+    /// The slot of another run of this process, when it ends; `None` (or a closed channel):
+    /// ask the store, after [`Kept::asking`].
+    Wait(oneshot::Receiver<Option<Slot>>),
+    /// The store (the run counts as holding a slot until [`Kept::not_granted`] says not).
+    Store,
+}
+
+/// A slot kept idle, and whether a refresh saw it idle already.
+#[derive(Debug)]
+struct Idle {
+    slot: Slot,
+    seen: bool,
+}
+
+/// The partitions of a subscription with an event waiting in its line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// None.
+    #[default]
+    None,
+    /// These (`""` under a limit without partitions).
+    Parts(HashSet<String>),
+    /// Too many to list: every partition counts as one.
+    All,
+}
+
+impl Waiting {
+    /// Whether an event of `part` waits.
+    fn covers(&self, part: &str) -> bool {
+        match self {
+            Waiting::None => false,
+            Waiting::Parts(p) => p.contains(part),
+            Waiting::All => true,
+        }
+    }
+
+    /// An event of `part` waits too.
+    fn add(&mut self, part: &str) {
+        match self {
+            Waiting::None => *self = Waiting::Parts(HashSet::from([part.to_owned()])),
+            Waiting::Parts(p) => {
+                p.insert(part.to_owned());
+            }
+            Waiting::All => {}
+        }
+    }
+
+    /// The partitions of both.
+    fn merge(self, other: &Waiting) -> Waiting {
+        match (self, other) {
+            (Waiting::All, _) | (_, Waiting::All) => Waiting::All,
+            (w, Waiting::None) => w,
+            (Waiting::None, w) => w.clone(),
+            (Waiting::Parts(mut a), Waiting::Parts(b)) => {
+                a.extend(b.iter().cloned());
+                Waiting::Parts(a)
+            }
+        }
+    }
+}
+
+/// One subscription's kept slots.
+#[derive(Debug, Default)]
+struct Sub {
+    /// Idle, by partition.
+    idle: HashMap<String, Vec<Idle>>,
+    /// The partitions with an event waiting in line: nothing of them is kept.
+    contended: Waiting,
+    /// This process's runs holding a slot, by partition, and in all.
+    running: HashMap<String, u32>,
+    running_total: u32,
+    /// Runs of this process waiting for the slot of another run of theirs, by partition.
+    waiters: HashMap<String, VecDeque<oneshot::Sender<Option<Slot>>>>,
+}
+
+impl Sub {
+    /// A run of `part` holds a slot now.
+    fn started(&mut self, part: &str) {
+        *self.running.entry(part.to_owned()).or_default() += 1;
+        self.running_total += 1;
+    }
+
+    /// A run of `part` holds its slot no more.
+    fn ended(&mut self, part: &str) {
+        if let Some(n) = self.running.get_mut(part) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.running.remove(part);
+            }
+        }
+        self.running_total = self.running_total.saturating_sub(1);
+    }
+
+    /// The runs waiting here for a slot of a partition `waiting` covers ask the store.
+    fn send_to_store(&mut self, waiting: &Waiting) {
+        for (part, line) in &mut self.waiters {
+            if waiting.covers(part) {
+                for tx in line.drain(..) {
+                    let _ = tx.send(None);
+                }
+            }
+        }
+    }
+
+    fn drain(&mut self, out: &mut Vec<(String, Slot)>, key: &str, keep: impl Fn(&Idle) -> bool) {
+        for list in self.idle.values_mut() {
+            let mut i = 0;
+            while i < list.len() {
+                if keep(&list[i]) {
+                    i += 1;
+                } else {
+                    out.push((key.to_owned(), list.swap_remove(i).slot));
+                }
+            }
+        }
+        self.idle.retain(|_, l| !l.is_empty());
+    }
+}
+
+/// What a refresh read of one limit.
+#[derive(Debug, Clone)]
+pub(crate) struct Seen {
+    /// When the limit was set.
+    pub set_at: Timestamp,
+    /// The partitions with an event waiting in its line, not woken yet.
+    pub waiting: Waiting,
+}
+
+/// The slots this process keeps, by subscription.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    subs: Mutex<HashMap<String, Sub>>,
+    /// Idle slots over every subscription.
+    idle: AtomicUsize,
+    /// The bus is shutting down: nothing more is kept.
+    closing: AtomicBool,
+    /// How many times this process was refused a slot: a refresh that read the limits
+    /// before the latest refusal does not end the keeping's pause.
+    refusals: AtomicU64,
+}
+
+impl Kept {
+    /// A slot for the run `run` describes, under a limit of `bound`: a kept one if one is
+    /// idle, its lease lasts the run and no event of its partition waits in line; or, when
+    /// this process's own runs hold the whole room of the limit or of the run's partition,
+    /// a place in the local line for the slot of the first of them to end (at most as many
+    /// places as that room). Kept slots found unfit on the way are added to `unfit`, to be
+    /// given back.
+    pub fn acquire(&self, run: &Run<'_>, bound: Bound, unfit: &mut Vec<(String, Slot)>) -> Acquire {
+        let mut subs = crate::sync::lock(&self.subs);
+        let s = subs.entry(run.sub.to_owned()).or_default();
+        if s.contended.covers(run.part) {
+            s.started(run.part);
+            return Acquire::Store;
+        }
+        if let Some(list) = s.idle.get_mut(run.part) {
+            let mut found = None;
+            while let Some(idle) = list.pop() {
+                self.idle.fetch_sub(1, Ordering::AcqRel);
+                if idle.slot.set_at == run.set_at && idle.slot.lasts(run.now, run.timeout) {
+                    found = Some(idle.slot);
+                    break;
+                }
+                unfit.push((run.sub.to_owned(), idle.slot));
+            }
+            if list.is_empty() {
+                s.idle.remove(run.part);
+            }
+            if let Some(slot) = found {
+                s.started(run.part);
+                return Acquire::Kept(slot);
+            }
+        }
+        let mine = s.running.get(run.part).copied().unwrap_or(0);
+        let room = match bound.per_partition {
+            Some(each) if mine >= each => each,
+            _ if s.running_total >= bound.max => bound.max,
+            _ => {
+                s.started(run.part);
+                return Acquire::Store;
+            }
+        };
+        let line = s.waiters.entry(run.part.to_owned()).or_default();
+        line.retain(|w| !w.is_closed());
+        if line.len() >= room as usize {
+            s.started(run.part);
+            return Acquire::Store;
+        }
+        let (tx, rx) = oneshot::channel();
+        line.push_back(tx);
+        Acquire::Wait(rx)
+    }
+
+    /// A run of `sub` in `part` that waited here for a slot asks the store now (it counts as
+    /// holding one until [`Kept::not_granted`] says not).
+    pub fn asking(&self, sub: &str, part: &str) {
+        crate::sync::lock(&self.subs)
+            .entry(sub.to_owned())
+            .or_default()
+            .started(part);
+    }
+
+    /// A run of `sub` in `part` sent to the store by [`Kept::acquire`] (counted as holding
+    /// a slot from then, so that other runs of its partition wait here rather than ask the
+    /// store at the same time) got none.
+    pub fn not_granted(&self, sub: &str, part: &str) {
+        if let Some(s) = crate::sync::lock(&self.subs).get_mut(sub) {
+            s.ended(part);
+        }
+    }
+
+    /// A run of `sub` that held `slot` ended (`well`: its handler succeeded) at `now`, under
+    /// the limit set at `set_at` (`None`: no limit now), while the worker loop is `busy`
+    /// (read under the lock). Hands the slot to the first run waiting for one in this
+    /// process, or keeps it, and answers `None`; or answers it to be given back (and lets
+    /// a run waiting here know it must ask the store).
+    #[allow(clippy::too_many_arguments)]
+    pub fn give_back(
+        &self,
+        sub: &str,
+        slot: Slot,
+        well: bool,
+        set_at: Option<Timestamp>,
+        busy: &AtomicBool,
+        now: Timestamp,
+        timeout: std::time::Duration,
+    ) -> Option<Slot> {
+        let fit = well
+            && !self.closing.load(Ordering::Acquire)
+            && set_at == Some(slot.set_at)
+            && slot.lasts(now, timeout);
+        let mut subs = crate::sync::lock(&self.subs);
+        let s = subs.entry(sub.to_owned()).or_default();
+        let contended = s.contended.covers(&slot.part);
+        let part = slot.part.clone();
+        let mut held = Some(slot);
+        if let Some(line) = s.waiters.get_mut(&part) {
+            while let Some(tx) = line.pop_front() {
+                if fit && !contended {
+                    // The run stays counted: its slot goes on to the next run.
+                    match tx.send(held.take()) {
+                        Ok(()) => return None,
+                        Err(back) => held = back,
+                    }
+                } else if tx.send(None).is_ok() {
+                    break;
+                }
+            }
+        }
+        let slot = held?;
+        s.ended(&slot.part);
+        // Read under the lock: the worker loop marks itself idle before it takes what is
+        // kept, so a slot kept here after that sees it idle and goes back at once.
+        if !fit
+            || contended
+            || !busy.load(Ordering::Acquire)
+            || self.idle.load(Ordering::Acquire) >= KEEP_MAX
+        {
+            return Some(slot);
+        }
+        s.idle
+            .entry(slot.part.clone())
+            .or_default()
+            .push(Idle { slot, seen: false });
+        self.idle.fetch_add(1, Ordering::AcqRel);
+        None
+    }
+
+    /// This process was refused a slot of `sub` for a run of `part`: an event of `part`
+    /// waits in line. Nothing of `part` is kept until a refresh finds none of it waiting;
+    /// answers what of it was kept, to be given back.
+    pub fn contended(&self, sub: &str, part: &str) -> Vec<(String, Slot)> {
+        let mut out = Vec::new();
+        let mut subs = crate::sync::lock(&self.subs);
+        self.refusals.fetch_add(1, Ordering::AcqRel);
+        let s = subs.entry(sub.to_owned()).or_default();
+        s.contended.add(part);
+        s.send_to_store(&s.contended.clone());
+        s.drain(&mut out, sub, |i| i.slot.part != part);
+        self.idle.fetch_sub(out.len(), Ordering::AcqRel);
+        out
+    }
+
+    /// Everything kept idle, to be given back (nothing more to claim, or shutdown).
+    pub fn take_all(&self) -> Vec<(String, Slot)> {
+        if self.idle.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut subs = crate::sync::lock(&self.subs);
+        for (key, s) in subs.iter_mut() {
+            s.drain(&mut out, key, |_| false);
+        }
+        self.idle.fetch_sub(out.len(), Ordering::AcqRel);
+        out
+    }
+
+    /// Shutdown: nothing more is kept; answers what was, to be given back.
+    pub fn close(&self) -> Vec<(String, Slot)> {
+        self.closing.store(true, Ordering::Release);
+        for s in crate::sync::lock(&self.subs).values_mut() {
+            s.send_to_store(&Waiting::All);
+        }
+        self.take_all()
+    }
+
+    /// What a refresh takes before it reads the limits, and hands to [`Kept::refresh`].
+    pub fn ticket(&self) -> u64 {
+        self.refusals.load(Ordering::Acquire)
+    }
+
+    /// A refresh read the limits `seen` (by subscription), after taking `ticket`: a partition
+    /// with an event in line keeps nothing, one without may keep again (unless this process
+    /// was refused a slot since the ticket); slots of a limit removed or set anew, and slots
+    /// idle since the refresh before, are answered, to be given back.
+    pub fn refresh(&self, ticket: u64, seen: &HashMap<String, Seen>) -> Vec<(String, Slot)> {
+        let mut out = Vec::new();
+        let mut subs = crate::sync::lock(&self.subs);
+        let current = self.refusals.load(Ordering::Acquire) == ticket;
+        for (key, s) in subs.iter_mut() {
+            match seen.get(key) {
+                None => {
+                    s.send_to_store(&Waiting::All);
+                    s.drain(&mut out, key, |_| false);
+                }
+                Some(l) => {
+                    let before = std::mem::take(&mut s.contended);
+                    s.contended = if current {
+                        l.waiting.clone()
+                    } else {
+                        before.merge(&l.waiting)
+                    };
+                    let waiting = s.contended.clone();
+                    s.send_to_store(&waiting);
+                    s.drain(&mut out, key, |i| {
+                        !waiting.covers(&i.slot.part) && !i.seen && i.slot.set_at == l.set_at
+                    });
+                    for i in s.idle.values_mut().flatten() {
+                        i.seen = true;
+                    }
+                }
+            }
+        }
+        subs.retain(|k, _| seen.contains_key(k));
+        self.idle.fetch_sub(out.len(), Ordering::AcqRel);
+        out
+    }
+
+    /// Slots kept idle now.
+    #[cfg(test)]
+    fn idle(&self) -> usize {
+        self.idle.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const T: Duration = Duration::from_secs(5);
+
+    fn slot(part: &str, set_at: i64) -> Slot {
+        Slot {
+            row: EventId::new(),
+            part: part.into(),
+            lease_until: Timestamp(1_000).plus(T).plus(LEASE_MARGIN),
+            set_at: Timestamp(set_at),
+        }
+    }
+
+    fn reuse(
+        k: &Kept,
+        sub: &str,
+        part: &str,
+        set_at: i64,
+        now: Timestamp,
+        unfit: &mut Vec<(String, Slot)>,
+    ) -> Option<Slot> {
+        let run = Run {
+            sub,
+            part,
+            set_at: Timestamp(set_at),
+            now,
+            timeout: T,
+        };
+        let bound = Bound {
+            max: u32::MAX,
+            per_partition: None,
+        };
+        match k.acquire(&run, bound, unfit) {
+            Acquire::Kept(slot) => Some(slot),
+            _ => None,
+        }
+    }
+
+    fn busy() -> AtomicBool {
+        AtomicBool::new(true)
+    }
+
+    fn idle_loop() -> AtomicBool {
+        AtomicBool::new(false)
+    }
+
+    fn seen(set_at: i64, waiting: bool) -> HashMap<String, Seen> {
+        let waiting = if waiting {
+            Waiting::Parts(HashSet::from([String::new()]))
+        } else {
+            Waiting::None
+        };
+        HashMap::from([(
+            "s".to_owned(),
+            Seen {
+                set_at: Timestamp(set_at),
+                waiting,
+            },
+        )])
+    }
+
+    #[test]
+    fn a_slot_is_kept_only_for_events_queued_and_reused_in_its_partition() {
+        let k = Kept::default();
+        let now = Timestamp(1_000);
+        let mut unfit = Vec::new();
+        let a = slot("a", 7);
+        assert!(
+            k.give_back(
+                "s",
+                a.clone(),
+                true,
+                Some(Timestamp(7)),
+                &idle_loop(),
+                now,
+                T
+            )
+            .is_some(),
+            "the worker loop is idle: given back"
+        );
+        assert!(
+            k.give_back("s", a.clone(), false, Some(Timestamp(7)), &busy(), now, T)
+                .is_some(),
+            "a failed run: given back"
+        );
+        assert!(
+            k.give_back("s", a.clone(), true, Some(Timestamp(8)), &busy(), now, T)
+                .is_some(),
+            "the limit was set anew: given back"
+        );
+        assert!(
+            k.give_back("s", a.clone(), true, None, &busy(), now, T)
+                .is_some(),
+            "no limit now: given back"
+        );
+        assert_eq!(
+            k.give_back("s", a.clone(), true, Some(Timestamp(7)), &busy(), now, T),
+            None
+        );
+        assert_eq!(k.idle(), 1);
+        assert_eq!(reuse(&k, "s", "b", 7, now, &mut unfit), None);
+        assert_eq!(reuse(&k, "t", "a", 7, now, &mut unfit), None);
+        assert_eq!(reuse(&k, "s", "a", 7, now, &mut unfit), Some(a));
+        assert!(unfit.is_empty());
+        assert_eq!(k.idle(), 0);
+    }
+
+    #[test]
+    fn at_most_keep_max_slots_are_kept() {
+        let k = Kept::default();
+        let now = Timestamp(1_000);
+        for _ in 0..KEEP_MAX {
+            assert_eq!(
+                k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
+                None
+            );
+        }
+        assert!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
+                .is_some()
+        );
+        assert_eq!(k.idle(), KEEP_MAX);
+    }
+
+    #[test]
+    fn a_refusal_stops_the_keeping_in_its_partition_only() {
+        let k = Kept::default();
+        let now = Timestamp(1_000);
+        let mut unfit = Vec::new();
+        for part in ["a", "b"] {
+            assert_eq!(
+                k.give_back(
+                    "s",
+                    slot(part, 7),
+                    true,
+                    Some(Timestamp(7)),
+                    &busy(),
+                    now,
+                    T
+                ),
+                None
+            );
+        }
+        let back = k.contended("s", "a");
+        assert_eq!(back.len(), 1);
+        assert_eq!(back[0].1.part, "a");
+        assert!(
+            k.give_back("s", slot("a", 7), true, Some(Timestamp(7)), &busy(), now, T)
+                .is_some()
+        );
+        assert!(reuse(&k, "s", "b", 7, now, &mut unfit).is_some());
+        // A refresh that reads other partitions waiting ends the pause of this one.
+        let mut seen = seen(7, false);
+        if let Some(s) = seen.get_mut("s") {
+            s.waiting = Waiting::Parts(HashSet::from(["b".to_owned()]));
+        }
+        assert!(k.refresh(k.ticket(), &seen).is_empty());
+        assert_eq!(
+            k.give_back("s", slot("a", 7), true, Some(Timestamp(7)), &busy(), now, T),
+            None
+        );
+        assert!(
+            k.give_back("s", slot("b", 7), true, Some(Timestamp(7)), &busy(), now, T)
+                .is_some()
+        );
+        if let Some(s) = seen.get_mut("s") {
+            s.waiting = Waiting::All;
+        }
+        assert_eq!(k.refresh(k.ticket(), &seen).len(), 1);
+    }
+
+    #[test]
+    fn an_unfit_slot_is_not_reused_but_given_back() {
+        let k = Kept::default();
+        let now = Timestamp(1_000);
+        let mut unfit = Vec::new();
+        let a = slot("", 7);
+        assert_eq!(
+            k.give_back("s", a.clone(), true, Some(Timestamp(7)), &busy(), now, T),
+            None
+        );
+        // Read under a limit set since: not reused.
+        assert_eq!(reuse(&k, "s", "", 9, now, &mut unfit), None);
+        assert_eq!(unfit, vec![("s".to_owned(), a.clone())]);
+        // A lease that would run out during the run.
+        let late = now.plus(LEASE_MARGIN);
+        assert!(
+            k.give_back("s", a.clone(), true, Some(Timestamp(7)), &busy(), late, T)
+                .is_some()
+        );
+        assert_eq!(k.idle(), 0);
+    }
+
+    #[test]
+    fn a_line_that_is_not_empty_stops_the_keeping_until_a_refresh_finds_it_empty() {
+        let k = Kept::default();
+        let now = Timestamp(1_000);
+        let mut unfit = Vec::new();
+        assert_eq!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
+            None
+        );
+        assert_eq!(k.contended("s", "").len(), 1, "the kept slot goes back");
+        assert!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
+                .is_some(),
+            "nothing kept while an event waits"
+        );
+        assert!(k.refresh(k.ticket(), &seen(7, true)).is_empty());
+        assert!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
+                .is_some()
+        );
+        assert!(k.refresh(k.ticket(), &seen(7, false)).is_empty());
+        assert_eq!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
+            None
+        );
+        assert_eq!(
+            k.refresh(k.ticket(), &seen(7, true)).len(),
+            1,
+            "a waiter seen by a refresh"
+        );
+        assert_eq!(reuse(&k, "s", "", 7, now, &mut unfit), None);
+        // A refresh that read the limits before a refusal does not end the pause it began.
+        let ticket = k.ticket();
+        assert!(k.refresh(ticket, &seen(7, false)).is_empty());
+        let ticket = k.ticket();
+        assert!(k.contended("s", "").is_empty());
+        assert!(k.refresh(ticket, &seen(7, false)).is_empty());
+        assert!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
+                .is_some(),
+            "still paused"
+        );
+        assert!(k.refresh(k.ticket(), &seen(7, false)).is_empty());
+        assert_eq!(
+            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
+            None
+        );
+    }
+
+    #[test]
+    fn refreshes_give_back_idle_slots_and_those_of_a_changed_or_removed_limit() {
+        let k = Kept::default();
+        let now = Timestamp(1_000);
+        let keep = |set_at| {
+            k.give_back(
+                "s",
+                slot("", set_at),
+                true,
+                Some(Timestamp(set_at)),
+                &busy(),
+                now,
+                T,
+            )
+        };
+        assert_eq!(keep(7), None);
+        assert!(
+            k.refresh(k.ticket(), &seen(7, false)).is_empty(),
+            "kept since this refresh"
+        );
+        assert_eq!(
+            k.refresh(k.ticket(), &seen(7, false)).len(),
+            1,
+            "idle since the last one"
+        );
+        assert_eq!(keep(7), None);
+        assert_eq!(
+            k.refresh(k.ticket(), &seen(8, false)).len(),
+            1,
+            "the limit was set anew"
+        );
+        assert_eq!(keep(7), None);
+        assert_eq!(
+            k.refresh(k.ticket(), &HashMap::new()).len(),
+            1,
+            "the limit was removed"
+        );
+        assert_eq!(keep(7), None);
+        assert_eq!(keep(7), None);
+        assert_eq!(k.take_all().len(), 2);
+        assert_eq!(keep(7), None);
+        assert_eq!(k.close().len(), 1);
+        assert!(keep(7).is_some(), "nothing kept once closing");
+        assert_eq!(k.idle(), 0);
+    }
+}
