@@ -10,6 +10,15 @@
 //! raised limit). The per-process limit is a semaphore in the process: a run waits for it
 //! while holding its delivery slot.
 //!
+//! Taking a slot and giving it back are two writes; a process saves them while it runs a
+//! stream of a subscription's events. A run that ended well leaves its slot with the process
+//! (still held in the store, with its lease) for the next run of the same subscription and
+//! partition, while the worker has events to run and no event of that partition waits in the
+//! line; and a run whose partition's room is held by the process's own runs waits briefly in
+//! the process for one of their slots before it asks the store. The slots a process keeps go
+//! back when it runs out of events, when an event of their partition waits in line, when the
+//! limit changes, and at shutdown.
+//!
 //! A limit may also have partitions ([`PartitionLimit`]): the subscription's events split by
 //! their ordering key or a metadata field (a tenant), at most so many runs of each partition
 //! at once. A freed slot wakes the first waiting event of its own partition, or the first one
@@ -53,7 +62,8 @@ pub struct ConcurrencyLimit {
     /// The limit on each partition of the subscription's events, if it has partitions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<PartitionLimit>,
-    /// Runs holding a slot now (their lease not run out).
+    /// Slots held now (their lease not run out): by runs, or kept by a process for its next
+    /// run of the subscription (see the module's documentation).
     pub in_flight: u64,
     /// Events waiting for a slot now.
     pub waiting: u64,

@@ -158,7 +158,12 @@ struct Sub {
 impl Sub {
     /// A run of `part` holds a slot now.
     fn started(&mut self, part: &str) {
-        *self.running.entry(part.to_owned()).or_default() += 1;
+        match self.running.get_mut(part) {
+            Some(n) => *n += 1,
+            None => {
+                self.running.insert(part.to_owned(), 1);
+            }
+        }
         self.running_total += 1;
     }
 
@@ -199,6 +204,15 @@ impl Sub {
     }
 }
 
+/// The entry of `sub` in `subs`, made if it has none (without a copy of the key when it has);
+/// always `Some`.
+fn entry<'a>(subs: &'a mut HashMap<String, Sub>, sub: &str) -> Option<&'a mut Sub> {
+    if !subs.contains_key(sub) {
+        subs.insert(sub.to_owned(), Sub::default());
+    }
+    subs.get_mut(sub)
+}
+
 /// What a refresh read of one limit.
 #[derive(Debug, Clone)]
 pub(crate) struct Seen {
@@ -230,7 +244,9 @@ impl Kept {
     /// given back.
     pub fn acquire(&self, run: &Run<'_>, bound: Bound, unfit: &mut Vec<(String, Slot)>) -> Acquire {
         let mut subs = crate::sync::lock(&self.subs);
-        let s = subs.entry(run.sub.to_owned()).or_default();
+        let Some(s) = entry(&mut subs, run.sub) else {
+            return Acquire::Store;
+        };
         if s.contended.covers(run.part) {
             s.started(run.part);
             return Acquire::Store;
@@ -312,11 +328,16 @@ impl Kept {
             && set_at == Some(slot.set_at)
             && slot.lasts(now, timeout);
         let mut subs = crate::sync::lock(&self.subs);
-        let s = subs.entry(sub.to_owned()).or_default();
+        let Some(s) = entry(&mut subs, sub) else {
+            return Some(slot);
+        };
         let contended = s.contended.covers(&slot.part);
-        let part = slot.part.clone();
         let mut held = Some(slot);
-        if let Some(line) = s.waiters.get_mut(&part) {
+        let line = match held.as_ref() {
+            Some(slot) => s.waiters.get_mut(&slot.part),
+            None => None,
+        };
+        if let Some(line) = line {
             while let Some(tx) = line.pop_front() {
                 if fit && !contended {
                     // The run stays counted: its slot goes on to the next run.
@@ -340,10 +361,13 @@ impl Kept {
         {
             return Some(slot);
         }
-        s.idle
-            .entry(slot.part.clone())
-            .or_default()
-            .push(Idle { slot, seen: false });
+        match s.idle.get_mut(&slot.part) {
+            Some(list) => list.push(Idle { slot, seen: false }),
+            None => {
+                s.idle
+                    .insert(slot.part.clone(), vec![Idle { slot, seen: false }]);
+            }
+        }
         self.idle.fetch_add(1, Ordering::AcqRel);
         None
     }

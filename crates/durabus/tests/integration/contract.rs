@@ -181,6 +181,8 @@ macro_rules! all_contract_tests {
             concurrency::a_per_process_limit_holds_in_each_process,
             concurrency::slots_of_a_process_that_died_come_back_with_their_lease,
             concurrency::bad_concurrency_limits_are_refused_and_nothing_changes,
+            concurrency::slots_kept_between_runs_go_back_when_the_worker_runs_out_of_events,
+            concurrency::a_stream_under_a_limit_shared_by_two_processes_all_runs_and_holds_it,
             partitions::a_partition_limit_holds_per_tenant_and_the_others_run_beside_it,
             partitions::a_small_tenant_is_not_stuck_behind_a_large_tenants_backlog,
             partitions::a_slot_freed_under_a_full_limit_goes_to_another_tenant_when_its_own_has_none,

@@ -26,10 +26,23 @@ struct Runs {
 }
 
 async fn process(h: &Harness, runs: &Arc<Runs>, gate: &Arc<Semaphore>) -> EventBus {
+    let bus = unstarted(h, runs, gate, REFRESH).await;
+    bus.start().await.unwrap();
+    bus
+}
+
+/// A bus refreshing every `refresh` whose subscription `work` records its runs in `runs` and
+/// ends each when `gate` lets it; not started.
+async fn unstarted(
+    h: &Harness,
+    runs: &Arc<Runs>,
+    gate: &Arc<Semaphore>,
+    refresh: Duration,
+) -> EventBus {
     let bus = h
         .builder()
         .await
-        .pause_refresh(REFRESH)
+        .pause_refresh(refresh)
         .build()
         .await
         .unwrap();
@@ -52,7 +65,6 @@ async fn process(h: &Harness, runs: &Arc<Runs>, gate: &Arc<Semaphore>) -> EventB
     )
     .await
     .unwrap();
-    bus.start().await.unwrap();
     bus
 }
 
@@ -214,4 +226,82 @@ pub async fn bad_concurrency_limits_are_refused_and_nothing_changes(h: &Harness)
         ErrorKind::NotFound
     );
     bus.shutdown().await.unwrap();
+}
+
+pub async fn slots_kept_between_runs_go_back_when_the_worker_runs_out_of_events(h: &Harness) {
+    // A limit as large as the process's delivery slots (16): no event joins the line, so the
+    // process keeps the slots of its runs. Refreshes 10 s apart and a clock that stands
+    // still (no lease runs out): only the worker running out of events can give them back.
+    let (runs, gate) = (Arc::new(Runs::default()), Arc::new(Semaphore::new(1_000)));
+    let bus = unstarted(h, &runs, &gate, Duration::from_secs(10)).await;
+    bus.concurrency_limits()
+        .set("work", 16, None, &ops())
+        .await
+        .unwrap();
+    bus.start().await.unwrap();
+    let events = (0..60)
+        .map(|i| durabus::NewEvent::new("c.job", &i).unwrap())
+        .collect();
+    let ids = bus.enqueue_batch(events).await.unwrap();
+    for id in ids {
+        wait_status(&bus, id, EventStatus::Done).await;
+    }
+    assert_eq!(runs.finished.load(Ordering::SeqCst), 60);
+    assert!(
+        runs.most.load(Ordering::SeqCst) <= 16,
+        "never more than the limit at once"
+    );
+    eventually("every slot back in the store", || async {
+        let l = bus.concurrency_limits().list().await.unwrap();
+        ((l[0].in_flight, l[0].waiting) == (0, 0)).then_some(())
+    })
+    .await;
+    // The same once more: the process keeps slots again for the next stream.
+    let events = (0..20)
+        .map(|i| durabus::NewEvent::new("c.job", &i).unwrap())
+        .collect();
+    for id in bus.enqueue_batch(events).await.unwrap() {
+        wait_status(&bus, id, EventStatus::Done).await;
+    }
+    assert!(runs.most.load(Ordering::SeqCst) <= 16);
+    eventually("every slot back in the store again", || async {
+        let l = bus.concurrency_limits().list().await.unwrap();
+        (l[0].in_flight == 0).then_some(())
+    })
+    .await;
+    bus.shutdown().await.unwrap();
+}
+
+pub async fn a_stream_under_a_limit_shared_by_two_processes_all_runs_and_holds_it(h: &Harness) {
+    // Each process keeps the slot it holds while it has events; the other's events wait in
+    // the store's line, which a refresh sees: the keeper gives the slot back and the line
+    // moves. Every event runs, never two at once.
+    let (runs, gate) = (Arc::new(Runs::default()), Arc::new(Semaphore::new(1_000)));
+    let a = process(h, &runs, &gate).await;
+    let b = process(h, &runs, &gate).await;
+    a.concurrency_limits()
+        .set("work", 1, None, &ops())
+        .await
+        .unwrap();
+    tokio::time::sleep(REFRESH * 5).await;
+    let mut ids = Vec::new();
+    for bus in [&a, &b] {
+        let events = (0..40)
+            .map(|i| durabus::NewEvent::new("c.job", &i).unwrap())
+            .collect();
+        ids.extend(bus.enqueue_batch(events).await.unwrap());
+    }
+    for id in ids {
+        wait_status(&a, id, EventStatus::Done).await;
+    }
+    assert_eq!(runs.finished.load(Ordering::SeqCst), 80);
+    assert_eq!(runs.most.load(Ordering::SeqCst), 1, "never two at once");
+    eventually("the slot back in the store", || async {
+        let l = a.concurrency_limits().list().await.unwrap();
+        ((l[0].in_flight, l[0].waiting) == (0, 0)).then_some(())
+    })
+    .await;
+    for bus in [a, b] {
+        bus.shutdown().await.unwrap();
+    }
 }
