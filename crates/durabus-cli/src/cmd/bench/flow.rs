@@ -1,7 +1,8 @@
 //! Flow control: end to end with a concurrency limit of 64 on the handler's subscription, and
 //! with 100 tenants limited to 2 runs each, against end to end without a limit, in the same
-//! run and on the same store, alternating. Every run publishes the same events (each with a
-//! `tenant` metadata field, one of 100 in turn).
+//! run and on the same store (SQLite, or one bus on a PostgreSQL schema of its own),
+//! alternating. Every run publishes the same events (each with a `tenant` metadata field, one
+//! of 100 in turn).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,6 +11,9 @@ use durabus::{Actor, ActorKind, BusBuilder, PartitionBy, PartitionLimit, Subscri
 use serde::Serialize;
 
 use super::harness::{Bench, Counter, batches, median};
+use super::pg_workers::{drop_schema, fresh};
+use super::verdict::Misses;
+use crate::cmd::Db;
 
 /// The concurrency limit of the limited runs.
 const LIMIT: u32 = 64;
@@ -90,28 +94,103 @@ pub async fn end_to_end(builder: BusBuilder, n: u64, lever: Lever) -> anyhow::Re
     Ok(eps)
 }
 
-/// Runs the group on fresh SQLite databases: `runs` of each, alternating.
-pub async fn run(b: &Bench, n: u64, runs: usize) -> anyhow::Result<Figures> {
-    let (mut plain, mut limited, mut partitioned) = (Vec::new(), Vec::new(), Vec::new());
+/// The three levers a run measures, in the order it measures them, with what it says.
+const LEVERS: [(Lever, &str); 3] = [
+    (Lever::Unlimited, "without a limit"),
+    (Lever::Limit(LIMIT), "with a concurrency limit of 64"),
+    (
+        Lever::PerTenant(PER_TENANT),
+        "with 100 tenants limited to 2 each",
+    ),
+];
+
+/// `runs` of each lever, alternating, each end to end on a bus `measure` makes; the medians.
+async fn alternate(
+    n: u64,
+    runs: usize,
+    say: impl Fn(&str),
+    mut measure: impl AsyncFnMut(Lever) -> anyhow::Result<f64>,
+) -> anyhow::Result<Figures> {
+    let mut eps: [Vec<f64>; 3] = Default::default();
     for run in 0..runs {
-        b.say(&format!("end to end without a limit (run {})", run + 1));
-        plain.push(end_to_end(b.builder(), n, Lever::Unlimited).await?);
-        b.say(&format!(
-            "end to end with a concurrency limit of {LIMIT} (run {})",
-            run + 1
-        ));
-        limited.push(end_to_end(b.builder(), n, Lever::Limit(LIMIT)).await?);
-        b.say(&format!(
-            "end to end with {TENANTS} tenants limited to {PER_TENANT} each (run {})",
-            run + 1
-        ));
-        partitioned.push(end_to_end(b.builder(), n, Lever::PerTenant(PER_TENANT)).await?);
+        for (i, (lever, what)) in LEVERS.iter().enumerate() {
+            say(&format!("end to end {what} (run {})", run + 1));
+            eps[i].push(measure(*lever).await?);
+        }
     }
-    b.cleanup();
+    let [plain, limited, partitioned] = eps;
     Ok(Figures {
         flow_events: n,
         unlimited_e2e_eps: median(plain),
         limited_e2e_eps: median(limited),
         partitioned_e2e_eps: median(partitioned),
     })
+}
+
+/// Runs the group on fresh SQLite databases: `runs` of each, alternating.
+pub async fn run(b: &Bench, n: u64, runs: usize) -> anyhow::Result<Figures> {
+    let figures = alternate(
+        n,
+        runs,
+        |w| b.say(w),
+        async |lever| end_to_end(b.builder(), n, lever).await,
+    )
+    .await;
+    b.cleanup();
+    figures
+}
+
+/// Runs the group on PostgreSQL, each run on a fresh schema of `db`, dropped after it.
+pub async fn pg_run(db: &Db, n: u64, runs: usize, say: impl Fn(&str)) -> anyhow::Result<Figures> {
+    alternate(n, runs, say, async |lever| {
+        let target = fresh(db);
+        let eps = end_to_end(target.builder(), n, lever).await;
+        drop_schema(&target).await?;
+        eps
+    })
+    .await
+}
+
+/// Prints the group's figures beside their targets, judged into `misses`.
+pub fn print(f: &Figures, misses: &mut Misses) {
+    let ratio = |with: f64, without: f64| {
+        if without > 0.0 {
+            format!("{:.0} ({:.2} ×)", with, with / without)
+        } else {
+            "—".into()
+        }
+    };
+    outln!();
+    outln!(
+        "end to end, {} events, a concurrency limit of 64 on the subscription (target: ≥ 0.9 × without)",
+        f.flow_events
+    );
+    outln!("{:<30}  {:>12}  {:>20}", "figure", "no limit", "limit 64");
+    let judged = misses.ratio(
+        "end to end with a concurrency limit",
+        f.limited_e2e_eps,
+        f.unlimited_e2e_eps,
+        0.9,
+    );
+    outln!(
+        "{:<30}  {:>12.0}  {:>20}  {judged}",
+        "end to end (ev/s)",
+        f.unlimited_e2e_eps,
+        ratio(f.limited_e2e_eps, f.unlimited_e2e_eps)
+    );
+    outln!(
+        "and with 100 tenants (a metadata field) limited to 2 runs each (target: ≥ 0.8 × without)"
+    );
+    let judged = misses.ratio(
+        "end to end with 100 tenants limited to 2 each",
+        f.partitioned_e2e_eps,
+        f.unlimited_e2e_eps,
+        0.8,
+    );
+    outln!(
+        "{:<30}  {:>12.0}  {:>20}  {judged}",
+        "end to end (ev/s)",
+        f.unlimited_e2e_eps,
+        ratio(f.partitioned_e2e_eps, f.unlimited_e2e_eps)
+    );
 }

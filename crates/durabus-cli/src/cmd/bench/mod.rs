@@ -70,8 +70,8 @@ pub struct Args {
     history_events: u64,
     /// Measure only these figure groups (comma-separated: publish, e2e, latency, dlq, bulk,
     /// replay, metrics, api, recovery, rss, history, otel, schedule, ordering, flow; PostgreSQL:
-    /// limits, publish, e2e, latency, schedule, ordering, dlq (with the admin API figure),
-    /// bulk); the others are reported as 0. For profiling one path at a time.
+    /// limits, publish, e2e, latency, schedule, ordering, flow, dlq (with the admin API
+    /// figure), bulk); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }

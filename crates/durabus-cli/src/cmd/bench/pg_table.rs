@@ -228,5 +228,8 @@ pub fn print_table(r: &PgReport) {
             ratio(r.notify_latency_p99_us, l.spaced_commit_p99_us)
         );
     }
+    if let Some(f) = &r.flow {
+        super::flow::print(f, &mut misses);
+    }
     misses.print();
 }

@@ -63,6 +63,9 @@ pub struct PgReport {
     /// End to end through the workers without ordering keys and with 1,000 keys (medians).
     pub ordering_unkeyed_e2e_eps: f64,
     pub ordering_keyed_e2e_eps: f64,
+    /// End to end on one bus with and without a concurrency limit (the `flow` group).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow: Option<super::flow::Figures>,
     /// Dead-letter records loaded for the listing figures (1M; `--quick`: 10k).
     pub dlq_records: u64,
     /// First page of records filtered by type and status.
@@ -102,8 +105,8 @@ pub struct Plan {
     pub runs: usize,
     pub quick: bool,
     pub verbose: bool,
-    /// Only these groups (limits, publish, e2e, latency, dlq (with the admin API figure),
-    /// bulk); all if empty.
+    /// Only these groups (limits, publish, e2e, latency, schedule, ordering, flow, dlq (with
+    /// the admin API figure), bulk); all if empty.
     pub only: Vec<String>,
 }
 
@@ -236,6 +239,11 @@ pub async fn run(db: &Db, plan: Plan) -> anyhow::Result<PgReport> {
         r.lost_events += checks.lost;
         r.ordering_unkeyed_e2e_eps = f.unkeyed_e2e_eps;
         r.ordering_keyed_e2e_eps = f.keyed_e2e_eps;
+    }
+
+    if plan.wants("flow") {
+        let n = scale(50_000, 5_000);
+        r.flow = Some(super::flow::pg_run(db, n, plan.runs, |what| say(&plan, what)).await?);
     }
 
     if plan.wants("dlq") {

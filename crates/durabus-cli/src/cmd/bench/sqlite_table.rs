@@ -233,39 +233,7 @@ pub(super) fn print(r: &Report) {
         );
     }
     if let Some(f) = &r.flow {
-        outln!();
-        outln!(
-            "end to end, {} events, a concurrency limit of 64 on the subscription (target: ≥ 0.9 × without)",
-            f.flow_events
-        );
-        outln!("{:<30}  {:>12}  {:>20}", "figure", "no limit", "limit 64");
-        let judged = misses.ratio(
-            "end to end with a concurrency limit",
-            f.limited_e2e_eps,
-            f.unlimited_e2e_eps,
-            0.9,
-        );
-        outln!(
-            "{:<30}  {:>12.0}  {:>20}  {judged}",
-            "end to end (ev/s)",
-            f.unlimited_e2e_eps,
-            ratio(f.limited_e2e_eps, f.unlimited_e2e_eps)
-        );
-        outln!(
-            "and with 100 tenants (a metadata field) limited to 2 runs each (target: ≥ 0.8 × without)"
-        );
-        let judged = misses.ratio(
-            "end to end with 100 tenants limited to 2 each",
-            f.partitioned_e2e_eps,
-            f.unlimited_e2e_eps,
-            0.8,
-        );
-        outln!(
-            "{:<30}  {:>12.0}  {:>20}  {judged}",
-            "end to end (ev/s)",
-            f.unlimited_e2e_eps,
-            ratio(f.partitioned_e2e_eps, f.unlimited_e2e_eps)
-        );
+        super::flow::print(f, &mut misses);
     }
     misses.print();
 }
