@@ -2,10 +2,12 @@
 //!
 //! Taking a slot in the store and giving it back are two writes per run. When a run that held
 //! a slot ends well while the worker loop has events to run, and no event of its partition
-//! waits in the subscription's line, the process keeps the slot (at most [`KEEP_MAX`]) (still held in the store, with its
-//! lease) and the next run of the same subscription and partition takes it here, with no
-//! write. The limit holds: every run still holds a slot the store counts. What is kept goes
-//! back to the store:
+//! waits in the subscription's line, the process keeps the slot (still held in the store, with
+//! its lease; at most [`KEEP_MAX`] idle) and the next run of the same subscription and
+//! partition takes it here, with no write. A run whose partition's room (or the whole limit)
+//! this process's own runs hold waits here, a short while, for the first of them to end and
+//! hand its slot over. The limit holds: every run still holds a slot the store counts. What is
+//! kept goes back to the store:
 //! - when an event of its partition waits in the line (this process was refused a slot, or
 //!   a refresh read such an event, not woken yet): kept slots would make it wait longer;
 //! - when the limit changed (read at a refresh): slots taken under the old one are not reused;
@@ -17,7 +19,7 @@
 //! event that took it, and an event that failed comes back for another attempt, which would
 //! take a slot under the same name.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -26,6 +28,12 @@ use tokio::sync::oneshot;
 use crate::clock::Timestamp;
 use crate::concurrency::LEASE_MARGIN;
 use crate::event::EventId;
+
+mod waiting;
+pub(crate) use waiting::Waiting;
+
+#[cfg(test)]
+mod tests;
 
 /// The most slots a process keeps idle at once.
 pub(crate) const KEEP_MAX: usize = 1_024;
@@ -92,53 +100,6 @@ pub(crate) enum Acquire {
 struct Idle {
     slot: Slot,
     seen: bool,
-}
-
-/// The partitions of a subscription with an event waiting in its line.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) enum Waiting {
-    /// None.
-    #[default]
-    None,
-    /// These (`""` under a limit without partitions).
-    Parts(HashSet<String>),
-    /// Too many to list: every partition counts as one.
-    All,
-}
-
-impl Waiting {
-    /// Whether an event of `part` waits.
-    fn covers(&self, part: &str) -> bool {
-        match self {
-            Waiting::None => false,
-            Waiting::Parts(p) => p.contains(part),
-            Waiting::All => true,
-        }
-    }
-
-    /// An event of `part` waits too.
-    fn add(&mut self, part: &str) {
-        match self {
-            Waiting::None => *self = Waiting::Parts(HashSet::from([part.to_owned()])),
-            Waiting::Parts(p) => {
-                p.insert(part.to_owned());
-            }
-            Waiting::All => {}
-        }
-    }
-
-    /// The partitions of both.
-    fn merge(self, other: &Waiting) -> Waiting {
-        match (self, other) {
-            (Waiting::All, _) | (_, Waiting::All) => Waiting::All,
-            (w, Waiting::None) => w,
-            (Waiting::None, w) => w.clone(),
-            (Waiting::Parts(mut a), Waiting::Parts(b)) => {
-                a.extend(b.iter().cloned());
-                Waiting::Parts(a)
-            }
-        }
-    }
 }
 
 /// One subscription's kept slots.
@@ -456,297 +417,5 @@ impl Kept {
     #[cfg(test)]
     fn idle(&self) -> usize {
         self.idle.load(Ordering::Acquire)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    const T: Duration = Duration::from_secs(5);
-
-    fn slot(part: &str, set_at: i64) -> Slot {
-        Slot {
-            row: EventId::new(),
-            part: part.into(),
-            lease_until: Timestamp(1_000).plus(T).plus(LEASE_MARGIN),
-            set_at: Timestamp(set_at),
-        }
-    }
-
-    fn reuse(
-        k: &Kept,
-        sub: &str,
-        part: &str,
-        set_at: i64,
-        now: Timestamp,
-        unfit: &mut Vec<(String, Slot)>,
-    ) -> Option<Slot> {
-        let run = Run {
-            sub,
-            part,
-            set_at: Timestamp(set_at),
-            now,
-            timeout: T,
-        };
-        let bound = Bound {
-            max: u32::MAX,
-            per_partition: None,
-        };
-        match k.acquire(&run, bound, unfit) {
-            Acquire::Kept(slot) => Some(slot),
-            _ => None,
-        }
-    }
-
-    fn busy() -> AtomicBool {
-        AtomicBool::new(true)
-    }
-
-    fn idle_loop() -> AtomicBool {
-        AtomicBool::new(false)
-    }
-
-    fn seen(set_at: i64, waiting: bool) -> HashMap<String, Seen> {
-        let waiting = if waiting {
-            Waiting::Parts(HashSet::from([String::new()]))
-        } else {
-            Waiting::None
-        };
-        HashMap::from([(
-            "s".to_owned(),
-            Seen {
-                set_at: Timestamp(set_at),
-                waiting,
-            },
-        )])
-    }
-
-    #[test]
-    fn a_slot_is_kept_only_for_events_queued_and_reused_in_its_partition() {
-        let k = Kept::default();
-        let now = Timestamp(1_000);
-        let mut unfit = Vec::new();
-        let a = slot("a", 7);
-        assert!(
-            k.give_back(
-                "s",
-                a.clone(),
-                true,
-                Some(Timestamp(7)),
-                &idle_loop(),
-                now,
-                T
-            )
-            .is_some(),
-            "the worker loop is idle: given back"
-        );
-        assert!(
-            k.give_back("s", a.clone(), false, Some(Timestamp(7)), &busy(), now, T)
-                .is_some(),
-            "a failed run: given back"
-        );
-        assert!(
-            k.give_back("s", a.clone(), true, Some(Timestamp(8)), &busy(), now, T)
-                .is_some(),
-            "the limit was set anew: given back"
-        );
-        assert!(
-            k.give_back("s", a.clone(), true, None, &busy(), now, T)
-                .is_some(),
-            "no limit now: given back"
-        );
-        assert_eq!(
-            k.give_back("s", a.clone(), true, Some(Timestamp(7)), &busy(), now, T),
-            None
-        );
-        assert_eq!(k.idle(), 1);
-        assert_eq!(reuse(&k, "s", "b", 7, now, &mut unfit), None);
-        assert_eq!(reuse(&k, "t", "a", 7, now, &mut unfit), None);
-        assert_eq!(reuse(&k, "s", "a", 7, now, &mut unfit), Some(a));
-        assert!(unfit.is_empty());
-        assert_eq!(k.idle(), 0);
-    }
-
-    #[test]
-    fn at_most_keep_max_slots_are_kept() {
-        let k = Kept::default();
-        let now = Timestamp(1_000);
-        for _ in 0..KEEP_MAX {
-            assert_eq!(
-                k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
-                None
-            );
-        }
-        assert!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
-                .is_some()
-        );
-        assert_eq!(k.idle(), KEEP_MAX);
-    }
-
-    #[test]
-    fn a_refusal_stops_the_keeping_in_its_partition_only() {
-        let k = Kept::default();
-        let now = Timestamp(1_000);
-        let mut unfit = Vec::new();
-        for part in ["a", "b"] {
-            assert_eq!(
-                k.give_back(
-                    "s",
-                    slot(part, 7),
-                    true,
-                    Some(Timestamp(7)),
-                    &busy(),
-                    now,
-                    T
-                ),
-                None
-            );
-        }
-        let back = k.contended("s", "a");
-        assert_eq!(back.len(), 1);
-        assert_eq!(back[0].1.part, "a");
-        assert!(
-            k.give_back("s", slot("a", 7), true, Some(Timestamp(7)), &busy(), now, T)
-                .is_some()
-        );
-        assert!(reuse(&k, "s", "b", 7, now, &mut unfit).is_some());
-        // A refresh that reads other partitions waiting ends the pause of this one.
-        let mut seen = seen(7, false);
-        if let Some(s) = seen.get_mut("s") {
-            s.waiting = Waiting::Parts(HashSet::from(["b".to_owned()]));
-        }
-        assert!(k.refresh(k.ticket(), &seen).is_empty());
-        assert_eq!(
-            k.give_back("s", slot("a", 7), true, Some(Timestamp(7)), &busy(), now, T),
-            None
-        );
-        assert!(
-            k.give_back("s", slot("b", 7), true, Some(Timestamp(7)), &busy(), now, T)
-                .is_some()
-        );
-        if let Some(s) = seen.get_mut("s") {
-            s.waiting = Waiting::All;
-        }
-        assert_eq!(k.refresh(k.ticket(), &seen).len(), 1);
-    }
-
-    #[test]
-    fn an_unfit_slot_is_not_reused_but_given_back() {
-        let k = Kept::default();
-        let now = Timestamp(1_000);
-        let mut unfit = Vec::new();
-        let a = slot("", 7);
-        assert_eq!(
-            k.give_back("s", a.clone(), true, Some(Timestamp(7)), &busy(), now, T),
-            None
-        );
-        // Read under a limit set since: not reused.
-        assert_eq!(reuse(&k, "s", "", 9, now, &mut unfit), None);
-        assert_eq!(unfit, vec![("s".to_owned(), a.clone())]);
-        // A lease that would run out during the run.
-        let late = now.plus(LEASE_MARGIN);
-        assert!(
-            k.give_back("s", a.clone(), true, Some(Timestamp(7)), &busy(), late, T)
-                .is_some()
-        );
-        assert_eq!(k.idle(), 0);
-    }
-
-    #[test]
-    fn a_line_that_is_not_empty_stops_the_keeping_until_a_refresh_finds_it_empty() {
-        let k = Kept::default();
-        let now = Timestamp(1_000);
-        let mut unfit = Vec::new();
-        assert_eq!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
-            None
-        );
-        assert_eq!(k.contended("s", "").len(), 1, "the kept slot goes back");
-        assert!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
-                .is_some(),
-            "nothing kept while an event waits"
-        );
-        assert!(k.refresh(k.ticket(), &seen(7, true)).is_empty());
-        assert!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
-                .is_some()
-        );
-        assert!(k.refresh(k.ticket(), &seen(7, false)).is_empty());
-        assert_eq!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
-            None
-        );
-        assert_eq!(
-            k.refresh(k.ticket(), &seen(7, true)).len(),
-            1,
-            "a waiter seen by a refresh"
-        );
-        assert_eq!(reuse(&k, "s", "", 7, now, &mut unfit), None);
-        // A refresh that read the limits before a refusal does not end the pause it began.
-        let ticket = k.ticket();
-        assert!(k.refresh(ticket, &seen(7, false)).is_empty());
-        let ticket = k.ticket();
-        assert!(k.contended("s", "").is_empty());
-        assert!(k.refresh(ticket, &seen(7, false)).is_empty());
-        assert!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T)
-                .is_some(),
-            "still paused"
-        );
-        assert!(k.refresh(k.ticket(), &seen(7, false)).is_empty());
-        assert_eq!(
-            k.give_back("s", slot("", 7), true, Some(Timestamp(7)), &busy(), now, T),
-            None
-        );
-    }
-
-    #[test]
-    fn refreshes_give_back_idle_slots_and_those_of_a_changed_or_removed_limit() {
-        let k = Kept::default();
-        let now = Timestamp(1_000);
-        let keep = |set_at| {
-            k.give_back(
-                "s",
-                slot("", set_at),
-                true,
-                Some(Timestamp(set_at)),
-                &busy(),
-                now,
-                T,
-            )
-        };
-        assert_eq!(keep(7), None);
-        assert!(
-            k.refresh(k.ticket(), &seen(7, false)).is_empty(),
-            "kept since this refresh"
-        );
-        assert_eq!(
-            k.refresh(k.ticket(), &seen(7, false)).len(),
-            1,
-            "idle since the last one"
-        );
-        assert_eq!(keep(7), None);
-        assert_eq!(
-            k.refresh(k.ticket(), &seen(8, false)).len(),
-            1,
-            "the limit was set anew"
-        );
-        assert_eq!(keep(7), None);
-        assert_eq!(
-            k.refresh(k.ticket(), &HashMap::new()).len(),
-            1,
-            "the limit was removed"
-        );
-        assert_eq!(keep(7), None);
-        assert_eq!(keep(7), None);
-        assert_eq!(k.take_all().len(), 2);
-        assert_eq!(keep(7), None);
-        assert_eq!(k.close().len(), 1);
-        assert!(keep(7).is_some(), "nothing kept once closing");
-        assert_eq!(k.idle(), 0);
     }
 }
