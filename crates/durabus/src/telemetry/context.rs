@@ -67,34 +67,43 @@ pub(crate) fn inject(span: &Span, events: &mut [NewEvent]) {
     }
 }
 
+/// The value of `hex`, lower-case hexadecimal digits only, at most 32 of them; `None` for any
+/// other character. One pass, no intermediate string (a delivery reads a `traceparent` each).
+fn lower_hex(hex: &[u8]) -> Option<u128> {
+    hex.iter().try_fold(0u128, |acc, &b| {
+        let digit = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        Some(acc << 4 | u128::from(digit))
+    })
+}
+
 /// The producer's context of `metadata`: a version-00 `traceparent` (what [`inject`] writes)
 /// is read directly; any other form goes through the W3C propagator, which knows them all.
 fn producer(metadata: &Metadata) -> Option<SpanContext> {
     let tp = metadata.get(TRACEPARENT)?;
-    let lower_hex = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
     let b = tp.as_bytes();
-    let simple = b.len() == 55
-        && tp.starts_with("00-")
-        && b[35] == b'-'
-        && b[52] == b'-'
-        && lower_hex(&tp[3..35])
-        && lower_hex(&tp[36..52])
-        && lower_hex(&tp[53..55]);
-    let sc = if simple {
-        let trace = TraceId::from_hex(&tp[3..35]).ok()?;
-        let span = SpanId::from_hex(&tp[36..52]).ok()?;
-        let flags = u8::from_str_radix(&tp[53..55], 16).ok()?;
+    let simple = (b.len() == 55 && tp.starts_with("00-") && b[35] == b'-' && b[52] == b'-')
+        .then(|| {
+            Some((
+                lower_hex(&b[3..35])?,
+                lower_hex(&b[36..52])?,
+                lower_hex(&b[53..55])?,
+            ))
+        })
+        .flatten();
+    let sc = if let Some((trace, span, flags)) = simple {
         let state = match metadata.get(TRACESTATE) {
             Some(s) => s.parse::<TraceState>().ok()?,
             None => TraceState::default(),
         };
         SpanContext::new(
-            trace,
-            span,
-            TraceFlags::new(flags) & TraceFlags::SAMPLED,
+            TraceId::from(trace),
+            // 16 and 2 digits: the values fit.
+            SpanId::from(u64::try_from(span).ok()?),
+            TraceFlags::new(u8::try_from(flags).ok()?) & TraceFlags::SAMPLED,
             true,
             state,
         )

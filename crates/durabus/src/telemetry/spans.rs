@@ -76,13 +76,14 @@ pub(crate) fn send(operation: &'static str, events: &mut [NewEvent]) -> Span {
 /// feature it continues the trace the event carries on its first delivery and links to it
 /// otherwise (see `context`).
 pub(crate) fn process(operation: &'static str, event: &Event, subscription: &str) -> Span {
-    // The id is written out here, without the formatting machinery a `%` field goes through.
+    // The id and the name are written out here, without the formatting machinery a `%` field
+    // goes through (the layer copies a `&str` as it is).
     let mut id = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let mut name = Name::default();
     let span = tracing::info_span!(
         target: "durabus",
         "process",
-        // Formatted once, into the name the layer keeps (a `String` would be copied again).
-        otel.name = %format_args!("process {}", event.event_type),
+        otel.name = name.of("process ", &event.event_type),
         otel.kind = "consumer",
         messaging.system = "durabus",
         messaging.operation.type = "process",
@@ -104,6 +105,40 @@ pub(crate) fn process(operation: &'static str, event: &Event, subscription: &str
     span
 }
 
+/// A span's name, `{operation} {event type}`, written into a buffer on the stack (a longer
+/// one on the heap): built for each delivery, it skips the formatting machinery.
+struct Name {
+    short: [u8; 128],
+    long: String,
+}
+
+impl Default for Name {
+    fn default() -> Self {
+        Name {
+            short: [0; 128],
+            long: String::new(),
+        }
+    }
+}
+
+impl Name {
+    /// `operation` followed by `event_type`.
+    fn of<'a>(&'a mut self, operation: &str, event_type: &str) -> &'a str {
+        let (a, b) = (operation.as_bytes(), event_type.as_bytes());
+        let len = a.len() + b.len();
+        if len <= self.short.len() {
+            self.short[..a.len()].copy_from_slice(a);
+            self.short[a.len()..len].copy_from_slice(b);
+            // Two whole strings end to end are UTF-8 again; the check cannot fail.
+            if let Ok(s) = std::str::from_utf8(&self.short[..len]) {
+                return s;
+            }
+        }
+        self.long = format!("{operation}{event_type}");
+        &self.long
+    }
+}
+
 /// Records how the handler run of a [`process`] span ended.
 pub(crate) fn ended(span: &Span, result: RunResult) {
     if span.is_disabled() {
@@ -115,5 +150,21 @@ pub(crate) fn ended(span: &Span, result: RunResult) {
     if !matches!(result, RunResult::Ok | RunResult::Snoozed) {
         span.record("otel.status_code", "ERROR");
         span.record("error.type", outcome);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Name;
+
+    #[test]
+    fn a_span_name_is_the_operation_then_the_event_type_whatever_its_length() {
+        let mut name = Name::default();
+        assert_eq!(name.of("process ", "order.créé"), "process order.créé");
+        let long = "x".repeat(300);
+        assert_eq!(name.of("process ", &long), format!("process {long}"));
+        assert_eq!(name.of("process ", ""), "process ");
+        let exact = "y".repeat(120);
+        assert_eq!(name.of("process ", &exact), format!("process {exact}"));
     }
 }

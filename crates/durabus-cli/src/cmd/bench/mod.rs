@@ -74,6 +74,10 @@ pub struct Args {
     /// figure), bulk); the others are reported as 0. For profiling one path at a time.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Run only this variant of the `otel` group (to count one variant's instructions with
+    /// callgrind); the others, and the ratios, are then reported as 0.
+    #[arg(long, value_enum)]
+    otel_variant: Option<otel::Tracing>,
 }
 
 /// Every figure, as printed with `--json`.
@@ -287,15 +291,24 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         b.say("end to end, no subscriber and the OpenTelemetry layer, alternated");
         let runs_of = b
             .repeat(runs, || async {
-                let none = otel::end_to_end(&b, r.events, otel::Tracing::None).await?;
-                b.cleanup();
-                let batch = otel::end_to_end(&b, r.events, otel::Tracing::Batch).await?;
-                b.cleanup();
-                let simple = otel::end_to_end(&b, r.events, otel::Tracing::Simple).await?;
+                let variant = |t: otel::Tracing| {
+                    let b = &b;
+                    async move {
+                        if args.otel_variant.is_some_and(|only| only != t) {
+                            return Ok(0.0);
+                        }
+                        let eps = otel::end_to_end(b, r.events, t).await?;
+                        b.cleanup();
+                        anyhow::Ok(eps)
+                    }
+                };
+                let none = variant(otel::Tracing::None).await?;
+                let batch = variant(otel::Tracing::Batch).await?;
+                let simple = variant(otel::Tracing::Simple).await?;
                 b.note(&format!(
                     "pair: none {none:.0}, layer {batch:.0} ({:.2}), simple {simple:.0} ({:.2})",
-                    batch / none.max(1.0),
-                    simple / none.max(1.0)
+                    otel::ratio(batch, none),
+                    otel::ratio(simple, none)
                 ));
                 Ok((none, batch, simple))
             })
@@ -303,8 +316,8 @@ pub async fn run(db: &crate::cmd::Db, json: bool, args: Args) -> anyhow::Result<
         r.otel_none_eps = median(runs_of.iter().map(|p| p.0).collect());
         r.otel_layer_eps = median(runs_of.iter().map(|p| p.1).collect());
         r.otel_simple_eps = median(runs_of.iter().map(|p| p.2).collect());
-        r.otel_layer_ratio = median(runs_of.iter().map(|p| p.1 / p.0.max(1.0)).collect());
-        r.otel_simple_ratio = median(runs_of.iter().map(|p| p.2 / p.0.max(1.0)).collect());
+        r.otel_layer_ratio = median(runs_of.iter().map(|p| otel::ratio(p.1, p.0)).collect());
+        r.otel_simple_ratio = median(runs_of.iter().map(|p| otel::ratio(p.2, p.0)).collect());
     }
     if want("latency") {
         b.say("latency, publish to handler start");

@@ -23,7 +23,7 @@ impl SpanExporter for Dropped {
 }
 
 /// How a run traces.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Tracing {
     /// No subscriber.
     None,
@@ -33,6 +33,15 @@ pub enum Tracing {
     /// The layer, spans handed to the exporter as each ends, on the thread that ends it: the
     /// recording alone, without the batch thread's wake-ups.
     Simple,
+}
+
+/// `traced` as a share of `none`, or 0 (not measured) when either was not run.
+pub fn ratio(traced: f64, none: f64) -> f64 {
+    if traced > 0.0 && none > 0.0 {
+        traced / none
+    } else {
+        0.0
+    }
 }
 
 /// End to end (events/s) over `n` events, traced as `tracing` says.
