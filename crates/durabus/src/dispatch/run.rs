@@ -11,7 +11,6 @@ use crate::clock::Timestamp;
 use crate::event::Event;
 use crate::handler::HandlerOutcome;
 use crate::telemetry::{RunResult, spans};
-use tracing::Instrument;
 
 impl Dispatcher {
     /// Runs the pending handlers of `event` (`now`: the bus clock before the first runs);
@@ -74,15 +73,12 @@ impl Dispatcher {
             };
             let started = std::time::Instant::now();
             let span = spans::process("deliver", event, sub.info.label());
-            // Pinned here, not moved into the await: the span is read again once the handler
-            // is done, without a second handle to it.
-            let mut run = std::pin::pin!(
-                crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout)
-                    .instrument(span)
-            );
-            let result = run.as_mut().await;
+            let run =
+                crate::handler::run_handler(sub.handler.as_ref(), event.clone(), sub.info.timeout);
+            let result = spans::inside(&span, run).await;
             let outcome = RunResult::of(&result);
-            spans::ended(run.as_ref().get_ref().span(), outcome);
+            spans::ended(&span, outcome);
+            drop(span);
             self.give_back(sub, held, result.is_ok()).await;
             self.telemetry
                 .handler_finished(sub.info.label(), outcome, started.elapsed());

@@ -181,6 +181,15 @@ async fn context_follows_the_event(h: &Harness) {
     let attempts = otel.wait_for("process ot.flaky", flaky, 2).await;
     assert_child_of(&attempts[0], &flaky_send);
     assert_linked_to(&attempts[1], &flaky_send);
+    // The attempt is an integer attribute, not its text.
+    let attempt = |s: &SpanData| {
+        s.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == "durabus.attempt")
+            .map(|kv| kv.value.clone())
+    };
+    assert_eq!(attempt(&attempts[0]), Some(opentelemetry::Value::I64(1)));
+    assert_eq!(attempt(&attempts[1]), Some(opentelemetry::Value::I64(2)));
 
     // A dead letter's retry links to the producer.
     let dead_send = otel.wait_for("send ot.dead", dead, 1).await.remove(0);
