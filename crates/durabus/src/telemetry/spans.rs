@@ -13,9 +13,9 @@
 //! | `messaging.operation.name` | both | `publish`, `enqueue`, `enqueue_batch`, `outbox`; `deliver`, `replay` |
 //! | `messaging.destination.name` | both | the event type (a batch's, if it has one) |
 //! | `messaging.message.id` | both | the event id (not on a batch of several) |
-//! | `messaging.batch.message_count` | send | events in the call, when more than one |
+//! | `messaging.batch.message_count` | send | events in the call, when more than one (integer) |
 //! | `messaging.consumer.group.name` | process | the subscription's name, or its pattern |
-//! | `durabus.attempt` | process | the delivery attempt, 1 for the first |
+//! | `durabus.attempt` | process | the delivery attempt, 1 for the first (integer) |
 //! | `durabus.outcome` | process | `ok`, `error`, `timeout` or `panic`, when the handler ends |
 //! | `otel.status_code`, `error.type` | process | `ERROR` and the outcome, when it failed |
 
