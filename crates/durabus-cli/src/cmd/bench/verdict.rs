@@ -196,6 +196,17 @@ mod tests {
                 "≥ −15 %",
                 Some(Verdict::NotMeasured),
             ),
+            (
+                "1.91× (12.60 ms; before: 6.60 ms)",
+                "< 2×",
+                Some(Verdict::Met),
+            ),
+            (
+                "2.35× (15.60 ms; before: 6.64 ms)",
+                "< 2×",
+                Some(Verdict::NotMet),
+            ),
+            ("0", "< 2×", Some(Verdict::NotMeasured)),
             ("0", "0", Some(Verdict::Met)),
             ("3", "0", Some(Verdict::NotMet)),
             ("12.0", "—", None),

@@ -91,8 +91,9 @@ pub(super) async fn act_many(
             })
         })
         .collect::<Result<_>>()?;
+    let found: std::collections::HashSet<EventId> = locked.iter().map(|l| l.id).collect();
     for id in ids {
-        if !locked.iter().any(|l| l.id == *id) {
+        if !found.contains(id) {
             many.skipped.push((
                 *id,
                 Error::NotFound {
@@ -167,7 +168,9 @@ pub(super) async fn act_many(
         .collect();
     if !send.is_empty() {
         let reset = requeue();
-        let sent: Vec<Uuid> = q(&ops.dl_requeue_many)
+        // Each event sent back, and whether it has an ordering key: only those rejoin a key,
+        // so a chunk without keyed events makes no lookup of keys.
+        let sent: Vec<(Uuid, bool)> = q(&ops.dl_requeue_many)
             .bind(&send)
             .bind(now.as_millis())
             .bind(i32_of(reset.retry_count))
@@ -175,10 +178,15 @@ pub(super) async fn act_many(
             .fetch_all(&mut *conn)
             .await?
             .iter()
-            .map(|r| r.try_get::<Uuid, _>(0))
-            .collect::<std::result::Result<_, _>>()?;
+            .map(|r| Ok((r.try_get::<Uuid, _>(0)?, r.try_get::<bool, _>(1)?)))
+            .collect::<std::result::Result<_, sqlx::Error>>()?;
         many.requeued = !sent.is_empty();
-        many.rejoin = sent.iter().map(|id| EventId(*id)).collect();
+        many.rejoin = sent
+            .iter()
+            .filter(|(_, keyed)| *keyed)
+            .map(|(id, _)| EventId(*id))
+            .collect();
+        let sent: std::collections::HashSet<Uuid> = sent.into_iter().map(|(id, _)| id).collect();
         let (kept, lost): (Vec<_>, Vec<_>) = updates
             .into_iter()
             .partition(|(l, _, r)| !*r || sent.contains(&l.id.0));

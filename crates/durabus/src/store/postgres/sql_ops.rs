@@ -116,7 +116,7 @@ impl PgOpsSql {
                 "UPDATE {s}.events SET status = 'pending', retry_count = $3,
                      last_error = CASE WHEN $4 THEN NULL ELSE last_error END, dlq_at = NULL,
                      updated_at = $2, next_attempt_at = $2
-                 WHERE id = ANY($1) AND status = 'dlq' RETURNING id"
+                 WHERE id = ANY($1) AND status = 'dlq' RETURNING id, ordering_key IS NOT NULL"
             ),
             dl_delete_many: format!(
                 "WITH r AS (DELETE FROM {s}.dead_letters WHERE event_id = ANY($1) RETURNING event_id),
