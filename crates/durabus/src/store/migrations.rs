@@ -60,6 +60,12 @@ pub(crate) const SQLITE: &[Migration] = &[
         "0016_partition_limits.sql",
         "partition_limits"
     ),
+    migration!(
+        17,
+        "sqlite",
+        "0017_key_queue_in_events.sql",
+        "key_queue_in_events"
+    ),
 ];
 
 /// The PostgreSQL store's migrations, in order.

@@ -129,18 +129,25 @@ fn record_one(
                 0 => {
                     // Not an ordinary event: a revived dead letter resolves its record; an
                     // event with an ordering key lets its key move on.
-                    let revived: Option<bool> = conn
+                    let revived: Option<(bool, Option<String>)> = conn
                         .prepare_cached(&sql.record_done_revived)?
-                        .query_row(params![id_text, list, now_ms], |r| r.get(0))
+                        .query_row(params![id_text, list, now_ms], |r| {
+                            Ok((r.get(0)?, r.get(1)?))
+                        })
                         .optional()?;
-                    if revived == Some(true) {
+                    let Some((dead_letter, key)) = revived else {
+                        return Ok(false);
+                    };
+                    if dead_letter {
                         super::dead_letter_writes::write_delivered(conn, sql, *id, now)?;
                     }
-                    if revived.is_some() && super::keys::leave(conn, sql, *id, now)? {
+                    if let Some(key) = key
+                        && super::keys::moved_on(conn, sql, &key, now)?
+                    {
                         // The next event of its key is due: the dispatcher must look.
                         woke.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    usize::from(revived.is_some())
+                    1
                 }
                 n => n,
             }

@@ -1,7 +1,10 @@
-//! Ordering keys on SQLite: the queue of each key's unfinished events (`keyed`), in publish
-//! order. The head of a key is delivered like any event; the others wait with no due time
-//! until the head finishes (done, dead-lettered without holding its key, cancelled), when the
-//! next becomes due. The writer serialises every change, so a key never has two heads.
+//! Ordering keys on SQLite: the queue of each key's unfinished events, in publish order, is
+//! the events of the key that have a place (`key_seq`, a column of the event's row read
+//! through a partial index: joining costs the insert an index entry, leaving costs the
+//! outcome's update a column). The head of a key is delivered like any event; the others wait
+//! with no due time until the head finishes (done, dead-lettered without holding its key,
+//! cancelled), when the next becomes due. The writer serialises every change, so a key never
+//! has two heads.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -10,35 +13,38 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{EventId, EventStatus};
 
-/// Whether `key` has unfinished events: a new event of the key waits behind them.
-pub(super) fn busy(conn: &Connection, sql: &Sql, key: &str) -> Result<bool> {
-    Ok(conn
-        .prepare_cached(&sql.key_busy)?
-        .query_row([key], |_| Ok(()))
-        .optional()?
-        .is_some())
-}
-
-/// Event `id` joins the back of `key`'s queue.
-pub(super) fn join(conn: &Connection, sql: &Sql, key: &str, id: EventId) -> Result<()> {
-    conn.prepare_cached(&sql.key_join)?
-        .execute(params![key, id.to_string()])?;
-    Ok(())
+/// The place at the back of `key`'s queue, for an event joining it: `Some(place)` behind
+/// unfinished events of the key (the new event waits), `None` when it has none (the new event
+/// is its head: place 1).
+pub(super) fn back(conn: &Connection, sql: &Sql, key: &str) -> Result<Option<i64>> {
+    let last: Option<i64> = conn
+        .prepare_cached(&sql.key_last)?
+        .query_row([key], |r| r.get(0))
+        .optional()?;
+    Ok(last.map(|l| l + 1))
 }
 
 /// Event `id` leaves its key's queue (it finished, or was cancelled or purged); if it was the
-/// head, the next event of the key becomes due at `now`. Nothing for an event without a row.
-/// Returns whether an event became due (the dispatcher should look).
+/// head, the next event of the key becomes due at `now`. Nothing for an event without a
+/// place. Returns whether an event became due (the dispatcher should look).
 pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<bool> {
-    let place: Option<(String, i64)> = conn
+    let id = id.to_string();
+    let key: Option<String> = conn
         .prepare_cached(&sql.key_place)?
-        .query_row([id.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row([&id], |r| r.get(0))
         .optional()?;
-    let Some((key, seq)) = place else {
+    let Some(key) = key else {
         return Ok(false);
     };
-    conn.prepare_cached(&sql.key_drop)?.execute([seq])?;
+    conn.prepare_cached(&sql.key_drop)?.execute([&id])?;
     wake_head(conn, sql, &key, now)
+}
+
+/// An event of `key` finished and gave up its place in the update that recorded it (a
+/// completion): the next event of the key becomes due at `now` if it waits. Returns whether
+/// one did.
+pub(super) fn moved_on(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<bool> {
+    wake_head(conn, sql, key, now)
 }
 
 /// What waking a key's head needs to know of it.
@@ -175,9 +181,10 @@ pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
     if held {
         return Ok(());
     }
-    let wait = busy(conn, sql, &key)?;
-    join(conn, sql, &key, id)?;
-    if wait {
+    let place = back(conn, sql, &key)?;
+    conn.prepare_cached(&sql.key_join)?
+        .execute(params![id.to_string(), place.unwrap_or(1)])?;
+    if place.is_some() {
         conn.prepare_cached(&sql.key_undue)?
             .execute([id.to_string()])?;
         conn.prepare_cached(&sql.waiting_delete)?

@@ -71,11 +71,14 @@ pub(super) fn insert_marking(
             Some(at) => (EventStatus::Scheduled, Some(at.as_millis())),
             None => (status, (status == EventStatus::Pending).then_some(now_ms)),
         };
-        // Behind unfinished events of its key: it waits with no due time, in no lane.
-        let behind = match key {
-            Some(k) => super::keys::busy(conn, sql, k)?,
-            None => false,
+        // Its place in its key's queue; behind unfinished events of its key, it waits with no
+        // due time, in no lane.
+        let back = match key {
+            Some(k) => super::keys::back(conn, sql, k)?,
+            None => None,
         };
+        let behind = back.is_some();
+        let key_seq = key.map(|_| back.unwrap_or(1));
         if behind {
             due = None;
         }
@@ -99,7 +102,8 @@ pub(super) fn insert_marking(
             shared(e.id).then_some(1),
             priority,
             scheduled.map(Timestamp::as_millis),
-            key
+            key,
+            key_seq
         ])?;
         if let (1, Some(lane), Some(due)) = (n, lane, due) {
             conn.prepare_cached(&sql.waiting_put)?
@@ -107,9 +111,6 @@ pub(super) fn insert_marking(
         }
         if n == 1 {
             super::dedup::take(conn, sql, e, now)?;
-            if let Some(k) = key {
-                super::keys::join(conn, sql, k, e.id)?;
-            }
         }
         inserted.push(if n == 1 { Stored::New } else { Stored::Known });
     }

@@ -2,6 +2,7 @@
 //! and locks held by other processes.
 
 mod files;
+mod keys;
 mod locks;
 mod memory;
 mod schema;

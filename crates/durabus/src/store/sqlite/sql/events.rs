@@ -88,8 +88,8 @@ pub(super) const CLAIM_UPDATE: &str =
 
 /// Inserts one event unless its id exists (idempotent publish).
 pub(super) const INSERT: &str = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at,
-             published_snapshot, priority, deliver_at, ordering_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT(id) DO NOTHING";
+             published_snapshot, priority, deliver_at, ordering_key, key_seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12) ON CONFLICT(id) DO NOTHING";
 
 /// The event holding dedup key `?1` in a window still open at `?2`.
 pub(super) const DEDUP_GET: &str =
@@ -109,11 +109,13 @@ pub(super) const RECORD_DONE: &str =
          WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND ordering_key IS NULL";
 
 /// Outcome: done, for a revived dead letter (whose record the delivery resolves) or an event
-/// with an ordering key (whose key moves on): returns whether it was a dead letter.
+/// with an ordering key (which gives up its place in its key's queue): returns whether it was
+/// a dead letter, and its key (whose next event may become due).
 pub(super) const RECORD_DONE_REVIVED: &str =
-    "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
+    "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL,
+             key_seq = NULL, key_held_since = NULL
          WHERE id = ?1 AND status = 'processing' AND (dlq_count > 0 OR ordering_key IS NOT NULL)
-         RETURNING dlq_count > 0";
+         RETURNING dlq_count > 0, ordering_key";
 
 /// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:
 /// `cancelled`.

@@ -1,25 +1,30 @@
-//! The statements of ordering keys (templates: `{p}` is the table prefix). The ones run for
-//! every keyed event (a publish, a completion) return no rows from a write: SQLite builds an
-//! ephemeral table for each row a `RETURNING` clause returns.
+//! The statements of ordering keys (templates: `{p}` is the table prefix). A key's queue is its
+//! events with a `key_seq` (partial index `events_key` on `(ordering_key, key_seq)`). The ones
+//! run for every keyed event (a publish, a completion) return no rows from a write: SQLite
+//! builds an ephemeral table for each row a `RETURNING` clause returns.
 
-/// Whether key `?1` has unfinished events.
-pub(super) const KEY_BUSY: &str = "SELECT 1 FROM {p}keyed WHERE key = ?1 LIMIT 1";
+/// The place of the last event in key `?1`'s queue; no row when the key has no unfinished
+/// events.
+pub(super) const KEY_LAST: &str = "SELECT key_seq FROM {p}events
+         WHERE ordering_key = ?1 AND key_seq IS NOT NULL ORDER BY key_seq DESC LIMIT 1";
 
-/// Event `?2` joins the back of key `?1`'s queue.
-pub(super) const KEY_JOIN: &str = "INSERT INTO {p}keyed (key, event_id) VALUES (?1, ?2)";
+/// Event `?1` joins its key's queue at place `?2` (a dead letter sent back).
+pub(super) const KEY_JOIN: &str = "UPDATE {p}events SET key_seq = ?2 WHERE id = ?1";
 
-/// Event `?1`'s place in its key's queue: the key and the row's `seq`.
-pub(super) const KEY_PLACE: &str = "SELECT key, seq FROM {p}keyed WHERE event_id = ?1";
+/// Event `?1`'s key, if the event is in its key's queue.
+pub(super) const KEY_PLACE: &str =
+    "SELECT ordering_key FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
 
-/// A place in a key's queue, by `seq`, given up.
-pub(super) const KEY_DROP: &str = "DELETE FROM {p}keyed WHERE seq = ?1";
+/// Event `?1` gives up its place in its key's queue.
+pub(super) const KEY_DROP: &str =
+    "UPDATE {p}events SET key_seq = NULL, key_held_since = NULL WHERE id = ?1";
 
 /// The head of key `?1` and what waking it needs: its id, status, whether it has a due time,
 /// its `deliver_at` (0 for none), publish time and priority.
 pub(super) const KEY_HEAD: &str = "SELECT e.id, e.status, e.next_attempt_at IS NULL,
              coalesce(e.deliver_at, 0), e.created_at, e.priority
-         FROM {p}keyed AS k JOIN {p}events AS e ON e.id = k.event_id
-         WHERE k.key = ?1 ORDER BY k.seq LIMIT 1";
+         FROM {p}events AS e
+         WHERE e.ordering_key = ?1 AND e.key_seq IS NOT NULL ORDER BY e.key_seq LIMIT 1";
 
 /// A waiting head becomes due: status `?2` (pending or scheduled) at `?3`.
 pub(super) const KEY_WAKE: &str = "UPDATE {p}events SET status = ?2, next_attempt_at = ?3
@@ -30,19 +35,21 @@ pub(super) const KEY_CANCELLED: &str = "SELECT 1 FROM {p}events
          WHERE id = ?1 AND ordering_key IS NOT NULL AND status = 'cancelled'";
 
 /// The keyed events a crash recovery ended cancelled.
-pub(super) const KEY_CANCELLED_ALL: &str = "SELECT k.event_id
-         FROM {p}keyed AS k JOIN {p}events AS e ON e.id = k.event_id
-         WHERE e.status = 'cancelled'";
+pub(super) const KEY_CANCELLED_ALL: &str =
+    "SELECT id FROM {p}events WHERE key_seq IS NOT NULL AND status = 'cancelled'";
 
 /// How many events of key `?1` wait behind event `?2`.
 pub(super) const KEY_WAITING: &str =
-    "SELECT count(*) FROM {p}keyed WHERE key = ?1 AND event_id <> ?2";
+    "SELECT count(*) FROM {p}events WHERE ordering_key = ?1 AND key_seq IS NOT NULL AND id <> ?2";
 
 /// Event `?1` holds its key since `?2` (dead, with `hold_key_on_dead_letter`).
-pub(super) const KEY_HOLD: &str = "UPDATE {p}keyed SET held_since = ?2 WHERE event_id = ?1";
+pub(super) const KEY_HOLD: &str =
+    "UPDATE {p}events SET key_held_since = ?2 WHERE id = ?1 AND key_seq IS NOT NULL";
 
-/// Event `?1` no longer holds its key as a dead letter.
-pub(super) const KEY_UNHOLD: &str = "UPDATE {p}keyed SET held_since = NULL WHERE event_id = ?1";
+/// Event `?1` no longer holds its key as a dead letter (one row changed: it still has its
+/// place, at the head).
+pub(super) const KEY_UNHOLD: &str =
+    "UPDATE {p}events SET key_held_since = NULL WHERE id = ?1 AND key_seq IS NOT NULL";
 
 /// A dead letter's key and how many events of it were waiting.
 pub(super) const KEY_DEAD_LETTER: &str =

@@ -126,7 +126,7 @@ statements! {
     get_event = events::GET_EVENT;
     counts = events::COUNTS;
     retry_counts = events::RETRY_COUNTS;
-    key_busy = keys::KEY_BUSY;
+    key_last = keys::KEY_LAST;
     key_join = keys::KEY_JOIN;
     key_place = keys::KEY_PLACE;
     key_drop = keys::KEY_DROP;
