@@ -129,15 +129,15 @@ fn record_one(
                 0 => {
                     // Not an ordinary event: a revived dead letter resolves its record; an
                     // event with an ordering key lets its key move on.
-                    let revived: Option<(bool, Option<String>)> = conn
-                        .prepare_cached(&sql.record_done_revived)?
-                        .query_row(params![id_text, list, now_ms], |r| {
-                            Ok((r.get(0)?, r.get(1)?))
-                        })
+                    let other: Option<(bool, Option<String>)> = conn
+                        .prepare_cached(&sql.record_done_other_read)?
+                        .query_row([&id_text], |r| Ok((r.get(0)?, r.get(1)?)))
                         .optional()?;
-                    let Some((dead_letter, key)) = revived else {
+                    let Some((dead_letter, key)) = other else {
                         return Ok(false);
                     };
+                    conn.prepare_cached(&sql.record_done_other)?
+                        .execute(params![id_text, list, now_ms])?;
                     if dead_letter {
                         super::dead_letter_writes::write_delivered(conn, sql, *id, now)?;
                     }

@@ -47,11 +47,13 @@ pub(super) fn moved_on(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) 
     wake_head(conn, sql, key, now)
 }
 
-/// What waking a key's head needs to know of it.
+/// What waking a key's head needs to know of it (integers only: no text is read on this
+/// path, which every keyed completion takes).
 struct Head {
-    id: String,
-    status: String,
-    undue: bool,
+    /// The event's row.
+    rowid: i64,
+    /// Whether it waits for its key: pending or scheduled, with no due time.
+    waiting: bool,
     deliver_at: i64,
     created_at: i64,
     priority: i16,
@@ -61,10 +63,7 @@ struct Head {
 /// else pending at its publish time (its place among the due events). `None` for a head that
 /// is not waiting (it runs, retries or is dead).
 fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
-    let waiting = head.undue
-        && (head.status == EventStatus::Pending.as_str()
-            || head.status == EventStatus::Scheduled.as_str());
-    if !waiting {
+    if !head.waiting {
         None
     } else if head.deliver_at > now.as_millis() {
         Some((EventStatus::Scheduled, head.deliver_at))
@@ -80,12 +79,11 @@ fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<
         .prepare_cached(&sql.key_head)?
         .query_row([key], |r| {
             Ok(Head {
-                id: r.get(0)?,
-                status: r.get(1)?,
-                undue: r.get(2)?,
-                deliver_at: r.get(3)?,
-                created_at: r.get(4)?,
-                priority: r.get(5)?,
+                rowid: r.get(0)?,
+                waiting: r.get(1)?,
+                deliver_at: r.get(2)?,
+                created_at: r.get(3)?,
+                priority: r.get(4)?,
             })
         })
         .optional()?;
@@ -96,19 +94,18 @@ fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<
         return Ok(false);
     };
     conn.prepare_cached(&sql.key_wake)?
-        .execute(params![head.id, status.as_str(), due])?;
+        .execute(params![head.rowid, status.as_str(), due])?;
     let lane = if status == EventStatus::Scheduled {
         Some(1)
     } else {
         (head.priority != 0).then_some(2)
     };
     if let Some(lane) = lane {
-        conn.prepare_cached(&sql.waiting_put)?.execute(params![
-            head.id,
-            lane,
-            head.priority,
-            due
-        ])?;
+        let id: String = conn
+            .prepare_cached(&sql.key_head_id)?
+            .query_row([head.rowid], |r| r.get(0))?;
+        conn.prepare_cached(&sql.waiting_put)?
+            .execute(params![id, lane, head.priority, due])?;
     }
     Ok(true)
 }
@@ -197,11 +194,10 @@ pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn head(status: EventStatus, undue: bool, deliver_at: i64) -> Head {
+    fn head(waiting: bool, deliver_at: i64) -> Head {
         Head {
-            id: "e".into(),
-            status: status.as_str().into(),
-            undue,
+            rowid: 1,
+            waiting,
             deliver_at,
             created_at: 100,
             priority: 0,
@@ -212,31 +208,59 @@ mod tests {
     fn a_waiting_head_wakes_pending_at_its_publish_time_or_scheduled_at_its_delivery_time() {
         let now = Timestamp(1_000);
         assert_eq!(
-            woken(&head(EventStatus::Pending, true, 0), now),
+            woken(&head(true, 0), now),
             Some((EventStatus::Pending, 100))
         );
         // Delivery time passed while it waited: due now, in publish order.
         assert_eq!(
-            woken(&head(EventStatus::Scheduled, true, 900), now),
+            woken(&head(true, 900), now),
             Some((EventStatus::Pending, 100))
         );
         assert_eq!(
-            woken(&head(EventStatus::Scheduled, true, 5_000), now),
+            woken(&head(true, 5_000), now),
             Some((EventStatus::Scheduled, 5_000))
         );
     }
 
     #[test]
-    fn a_head_that_is_not_waiting_stays_as_it_is() {
-        let now = Timestamp(1_000);
-        // Already due (a retry), running, dead or cancelled.
-        assert_eq!(woken(&head(EventStatus::Pending, false, 0), now), None);
+    fn only_a_pending_or_scheduled_head_without_a_due_time_waits() -> Result<()> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(
+            "CREATE TABLE durabus_events (id TEXT PRIMARY KEY, status TEXT, next_attempt_at INTEGER,
+                 deliver_at INTEGER, created_at INTEGER, priority INTEGER, ordering_key TEXT,
+                 key_seq INTEGER)",
+        )?;
+        let sql = Sql::default_tables();
+        let read = |status: &str, due: Option<i64>| -> Result<Head> {
+            conn.execute("DELETE FROM durabus_events", [])?;
+            conn.execute(
+                "INSERT INTO durabus_events VALUES ('e', ?1, ?2, NULL, 100, 0, 'k', 1)",
+                params![status, due],
+            )?;
+            Ok(conn.prepare(&sql.key_head)?.query_row(["k"], |r| {
+                Ok(Head {
+                    rowid: r.get(0)?,
+                    waiting: r.get(1)?,
+                    deliver_at: r.get(2)?,
+                    created_at: r.get(3)?,
+                    priority: r.get(4)?,
+                })
+            })?)
+        };
+        for status in [EventStatus::Pending, EventStatus::Scheduled] {
+            assert!(read(status.as_str(), None)?.waiting, "{status:?}");
+        }
+        // Already due (a retry), running, dead or cancelled: it stays as it is.
+        assert!(!read(EventStatus::Pending.as_str(), Some(5))?.waiting);
         for status in [
             EventStatus::Processing,
             EventStatus::Dlq,
             EventStatus::Cancelled,
         ] {
-            assert_eq!(woken(&head(status, true, 0), now), None, "{status:?}");
+            let h = read(status.as_str(), None)?;
+            assert!(!h.waiting, "{status:?}");
+            assert_eq!(woken(&h, Timestamp(1_000)), None, "{status:?}");
         }
+        Ok(())
     }
 }

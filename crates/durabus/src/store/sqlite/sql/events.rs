@@ -108,14 +108,19 @@ pub(super) const RECORD_DONE: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL
          WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND ordering_key IS NULL";
 
-/// Outcome: done, for a revived dead letter (whose record the delivery resolves) or an event
-/// with an ordering key (which gives up its place in its key's queue): returns whether it was
-/// a dead letter, and its key (whose next event may become due).
-pub(super) const RECORD_DONE_REVIVED: &str =
+/// Outcome: done, for an event the plain statement passed over (a revived dead letter, whose
+/// record the delivery resolves, or an event with an ordering key, which gives up its place in
+/// its key's queue): whether it was a dead letter, and its key (whose next event may become
+/// due). No row for an event that is not running.
+pub(super) const RECORD_DONE_OTHER_READ: &str =
+    "SELECT dlq_count > 0, ordering_key FROM {p}events WHERE id = ?1 AND status = 'processing'";
+
+/// Outcome: done, for the events [`RECORD_DONE_OTHER_READ`] read (a plain update again, not
+/// one `RETURNING` what it read).
+pub(super) const RECORD_DONE_OTHER: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL,
              key_seq = NULL, key_held_since = NULL
-         WHERE id = ?1 AND status = 'processing' AND (dlq_count > 0 OR ordering_key IS NOT NULL)
-         RETURNING dlq_count > 0, ordering_key";
+         WHERE id = ?1 AND status = 'processing'";
 
 /// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:
 /// `cancelled`.

@@ -19,16 +19,21 @@ pub(super) const KEY_PLACE: &str =
 pub(super) const KEY_DROP: &str =
     "UPDATE {p}events SET key_seq = NULL, key_held_since = NULL WHERE id = ?1";
 
-/// The head of key `?1` and what waking it needs: its id, status, whether it has a due time,
-/// its `deliver_at` (0 for none), publish time and priority.
-pub(super) const KEY_HEAD: &str = "SELECT e.id, e.status, e.next_attempt_at IS NULL,
-             coalesce(e.deliver_at, 0), e.created_at, e.priority
-         FROM {p}events AS e
-         WHERE e.ordering_key = ?1 AND e.key_seq IS NOT NULL ORDER BY e.key_seq LIMIT 1";
+/// The head of key `?1` and what waking it needs, all integers: its row, whether it waits
+/// for its key (pending or scheduled with no due time), its `deliver_at` (0 for none), publish
+/// time and priority.
+pub(super) const KEY_HEAD: &str =
+    "SELECT rowid, status IN ('pending', 'scheduled') AND next_attempt_at IS NULL,
+             coalesce(deliver_at, 0), created_at, priority
+         FROM {p}events
+         WHERE ordering_key = ?1 AND key_seq IS NOT NULL ORDER BY key_seq LIMIT 1";
 
-/// A waiting head becomes due: status `?2` (pending or scheduled) at `?3`.
+/// The id of the event in row `?1`.
+pub(super) const KEY_HEAD_ID: &str = "SELECT id FROM {p}events WHERE rowid = ?1";
+
+/// A waiting head, by row, becomes due: status `?2` (pending or scheduled) at `?3`.
 pub(super) const KEY_WAKE: &str = "UPDATE {p}events SET status = ?2, next_attempt_at = ?3
-         WHERE id = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL";
+         WHERE rowid = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL";
 
 /// Whether keyed event `?1` ended cancelled.
 pub(super) const KEY_CANCELLED: &str = "SELECT 1 FROM {p}events

@@ -108,7 +108,8 @@ statements! {
     dedup_put = events::DEDUP_PUT;
     dedup_purge = events::DEDUP_PURGE;
     record_done = events::RECORD_DONE;
-    record_done_revived = events::RECORD_DONE_REVIVED;
+    record_done_other_read = events::RECORD_DONE_OTHER_READ;
+    record_done_other = events::RECORD_DONE_OTHER;
     record_retry = events::RECORD_RETRY;
     record_snooze = events::RECORD_SNOOZE;
     snooze_count_up = events::SNOOZE_COUNT_UP;
@@ -131,6 +132,7 @@ statements! {
     key_place = keys::KEY_PLACE;
     key_drop = keys::KEY_DROP;
     key_head = keys::KEY_HEAD;
+    key_head_id = keys::KEY_HEAD_ID;
     key_wake = keys::KEY_WAKE;
     key_cancelled = keys::KEY_CANCELLED;
     key_cancelled_all = keys::KEY_CANCELLED_ALL;
