@@ -26,9 +26,9 @@ pub fn statements(p: &str) -> Vec<String> {
         // Scheduled events are lane 1 of the waiting table (its partial index).
         format!("SELECT count(*) FROM {p}waiting WHERE lane = 1"),
         format!("SELECT min(due) FROM {p}waiting WHERE lane = 1"),
-        // Ordering keys held by a dead letter (a partial index).
-        format!("SELECT count(*) FROM {p}events WHERE key_held_since IS NOT NULL"),
-        format!("SELECT min(key_held_since) FROM {p}events WHERE key_held_since IS NOT NULL"),
+        // Ordering keys held by a dead letter (a small table of their own).
+        format!("SELECT count(*) FROM {p}key_holds"),
+        format!("SELECT min(held_since) FROM {p}key_holds"),
         // Dead-letter records by type and status, kept by triggers (a small table).
         format!("SELECT event_type, status, count FROM {p}dead_letter_types WHERE count > 0"),
     ]

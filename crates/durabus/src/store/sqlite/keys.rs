@@ -1,10 +1,10 @@
 //! Ordering keys on SQLite: the queue of each key's unfinished events, in publish order, is
 //! the events of the key that have a place (`key_seq`, a column of the event's row read
 //! through a partial index: joining costs the insert an index entry, leaving costs the
-//! outcome's update a column). The head of a key is delivered like any event; the others wait
-//! with no due time until the head finishes (done, dead-lettered without holding its key,
-//! cancelled), when the next becomes due. The writer serialises every change, so a key never
-//! has two heads.
+//! outcome's update a column; a head that died holding its key is a row of `key_holds`). The
+//! head of a key is delivered like any event; the others wait with no due time until the head
+//! finishes (done, dead-lettered without holding its key, cancelled), when the next becomes
+//! due. The writer serialises every change, so a key never has two heads.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -37,6 +37,7 @@ pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -
         return Ok(false);
     };
     conn.prepare_cached(&sql.key_drop)?.execute([&id])?;
+    conn.prepare_cached(&sql.key_unhold)?.execute([&id])?;
     wake_head(conn, sql, &key, now)
 }
 
@@ -171,10 +172,13 @@ pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
     let Some(Some(key)) = key else {
         return Ok(());
     };
+    conn.prepare_cached(&sql.key_unhold)?
+        .execute([id.to_string()])?;
     let held = conn
-        .prepare_cached(&sql.key_unhold)?
-        .execute([id.to_string()])?
-        == 1;
+        .prepare_cached(&sql.key_in_queue)?
+        .query_row([id.to_string()], |_| Ok(()))
+        .optional()?
+        .is_some();
     if held {
         return Ok(());
     }

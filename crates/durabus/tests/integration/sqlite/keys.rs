@@ -10,8 +10,9 @@ use durabus::{Event, SubscribeOptions};
 use super::*;
 use crate::support::eventually;
 
-/// Takes a database written by this build back to schema 16: the queues move into the table
-/// of then (in each key's order), the columns and indexes of schema 17 go.
+/// Takes a database written by this build back to schema 16: the queues and the held keys
+/// move into the table of then (in each key's order), the column, index and table of schema 17
+/// go.
 fn back_to_schema_16(path: &std::path::Path) {
     let conn = Connection::open(path).unwrap();
     conn.execute_batch(
@@ -25,12 +26,12 @@ fn back_to_schema_16(path: &std::path::Path) {
          CREATE INDEX durabus_keyed_held ON durabus_keyed(held_since)
              WHERE held_since IS NOT NULL;
          INSERT INTO durabus_keyed (key, event_id, held_since)
-             SELECT ordering_key, id, key_held_since FROM durabus_events
-             WHERE key_seq IS NOT NULL ORDER BY ordering_key, key_seq;
+             SELECT e.ordering_key, e.id, h.held_since
+             FROM durabus_events AS e LEFT JOIN durabus_key_holds AS h ON h.event_id = e.id
+             WHERE e.key_seq IS NOT NULL ORDER BY e.ordering_key, e.key_seq;
          DROP INDEX durabus_events_key;
-         DROP INDEX durabus_events_key_held;
+         DROP TABLE durabus_key_holds;
          ALTER TABLE durabus_events DROP COLUMN key_seq;
-         ALTER TABLE durabus_events DROP COLUMN key_held_since;
          UPDATE durabus_meta SET value = '16' WHERE key = 'schema_version';",
     )
     .unwrap();
@@ -141,8 +142,9 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
     Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "UPDATE durabus_events SET status = 'dlq', next_attempt_at = NULL, key_held_since = 5
-                 WHERE key_seq = 1",
+            "UPDATE durabus_events SET status = 'dlq', next_attempt_at = NULL WHERE key_seq = 1;
+             INSERT INTO durabus_key_holds (event_id, held_since)
+                 SELECT id, 5 FROM durabus_events WHERE key_seq = 1;",
         )
         .unwrap();
     back_to_schema_16(&path);
@@ -157,7 +159,8 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
     assert_eq!(
         count(
             &path,
-            "SELECT count(*) FROM durabus_events WHERE key_held_since = 5 AND status = 'dlq'"
+            "SELECT count(*) FROM durabus_key_holds AS h JOIN durabus_events AS e
+                 ON e.id = h.event_id WHERE h.held_since = 5 AND e.status = 'dlq' AND e.key_seq = 1"
         ),
         1
     );

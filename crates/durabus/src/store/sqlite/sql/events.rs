@@ -119,7 +119,7 @@ pub(super) const RECORD_DONE_OTHER_READ: &str =
 /// one `RETURNING` what it read).
 pub(super) const RECORD_DONE_OTHER: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL,
-             key_seq = NULL, key_held_since = NULL
+             key_seq = NULL
          WHERE id = ?1 AND status = 'processing'";
 
 /// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:

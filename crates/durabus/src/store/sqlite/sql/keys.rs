@@ -16,8 +16,15 @@ pub(super) const KEY_PLACE: &str =
     "SELECT ordering_key FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
 
 /// Event `?1` gives up its place in its key's queue.
-pub(super) const KEY_DROP: &str =
-    "UPDATE {p}events SET key_seq = NULL, key_held_since = NULL WHERE id = ?1";
+pub(super) const KEY_DROP: &str = "UPDATE {p}events SET key_seq = NULL WHERE id = ?1";
+
+/// Event `?1` no longer holds its key as a dead letter (it left its key's queue, or it was sent
+/// back at the head).
+pub(super) const KEY_UNHOLD: &str = "DELETE FROM {p}key_holds WHERE event_id = ?1";
+
+/// Whether event `?1` has a place in its key's queue.
+pub(super) const KEY_IN_QUEUE: &str =
+    "SELECT 1 FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
 
 /// The head of key `?1` and what waking it needs, all integers: its row, whether it waits
 /// for its key (pending or scheduled with no due time), its `deliver_at` (0 for none), publish
@@ -48,13 +55,8 @@ pub(super) const KEY_WAITING: &str =
     "SELECT count(*) FROM {p}events WHERE ordering_key = ?1 AND key_seq IS NOT NULL AND id <> ?2";
 
 /// Event `?1` holds its key since `?2` (dead, with `hold_key_on_dead_letter`).
-pub(super) const KEY_HOLD: &str =
-    "UPDATE {p}events SET key_held_since = ?2 WHERE id = ?1 AND key_seq IS NOT NULL";
-
-/// Event `?1` no longer holds its key as a dead letter (one row changed: it still has its
-/// place, at the head).
-pub(super) const KEY_UNHOLD: &str =
-    "UPDATE {p}events SET key_held_since = NULL WHERE id = ?1 AND key_seq IS NOT NULL";
+pub(super) const KEY_HOLD: &str = "INSERT OR REPLACE INTO {p}key_holds (event_id, held_since)
+         SELECT id, ?2 FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
 
 /// A dead letter's key and how many events of it were waiting.
 pub(super) const KEY_DEAD_LETTER: &str =

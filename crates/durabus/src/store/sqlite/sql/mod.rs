@@ -139,6 +139,7 @@ statements! {
     key_waiting = keys::KEY_WAITING;
     key_hold = keys::KEY_HOLD;
     key_unhold = keys::KEY_UNHOLD;
+    key_in_queue = keys::KEY_IN_QUEUE;
     key_dead_letter = keys::KEY_DEAD_LETTER;
     key_of = keys::KEY_OF;
     key_undue = keys::KEY_UNDUE;
