@@ -60,6 +60,17 @@ struct Head {
     priority: i16,
 }
 
+/// A [`Head`] from a row of the `key_head` statement.
+fn head_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Head> {
+    Ok(Head {
+        rowid: r.get(0)?,
+        waiting: r.get(1)?,
+        deliver_at: r.get(2)?,
+        created_at: r.get(3)?,
+        priority: r.get(4)?,
+    })
+}
+
 /// Where a waiting head goes at `now`: scheduled at its delivery time if that is still ahead,
 /// else pending at its publish time (its place among the due events). `None` for a head that
 /// is not waiting (it runs, retries or is dead).
@@ -78,15 +89,7 @@ fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
 fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<bool> {
     let head: Option<Head> = conn
         .prepare_cached(&sql.key_head)?
-        .query_row([key], |r| {
-            Ok(Head {
-                rowid: r.get(0)?,
-                waiting: r.get(1)?,
-                deliver_at: r.get(2)?,
-                created_at: r.get(3)?,
-                priority: r.get(4)?,
-            })
-        })
+        .query_row([key], head_of)
         .optional()?;
     let Some(head) = head else {
         return Ok(false);
@@ -241,15 +244,7 @@ mod tests {
                 "INSERT INTO durabus_events VALUES ('e', ?1, ?2, NULL, 100, 0, 'k', 1)",
                 params![status, due],
             )?;
-            Ok(conn.prepare(&sql.key_head)?.query_row(["k"], |r| {
-                Ok(Head {
-                    rowid: r.get(0)?,
-                    waiting: r.get(1)?,
-                    deliver_at: r.get(2)?,
-                    created_at: r.get(3)?,
-                    priority: r.get(4)?,
-                })
-            })?)
+            Ok(conn.prepare(&sql.key_head)?.query_row(["k"], head_of)?)
         };
         for status in [EventStatus::Pending, EventStatus::Scheduled] {
             assert!(read(status.as_str(), None)?.waiting, "{status:?}");
