@@ -15,7 +15,8 @@ CREATE TABLE IF NOT EXISTS {p}key_holds (
 );
 CREATE INDEX IF NOT EXISTS {p}key_holds_since ON {p}key_holds(held_since);
 INSERT INTO {p}key_holds (event_id, held_since)
-    SELECT event_id, held_since FROM {p}keyed WHERE held_since IS NOT NULL;
+    SELECT event_id, held_since FROM {p}keyed
+    WHERE held_since IS NOT NULL AND event_id IN (SELECT id FROM {p}events);
 DROP TABLE IF EXISTS {p}keyed;
 CREATE INDEX IF NOT EXISTS {p}events_key ON {p}events(ordering_key, key_seq)
     WHERE key_seq IS NOT NULL;

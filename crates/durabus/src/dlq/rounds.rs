@@ -104,7 +104,7 @@ pub async fn purge_dead(store: &dyn Store, cutoff: Timestamp, now: Timestamp) ->
             .filter(|(_, e)| e.kind() == ErrorKind::NotFound)
             .map(|(id, _)| *id)
             .collect();
-        let deleted = report.applied + store.dlq_delete_dead_events(orphans).await?;
+        let deleted = report.applied + store.dlq_delete_dead_events(orphans, now).await?;
         total += deleted;
         if found < CHUNK || deleted == 0 {
             break;

@@ -300,8 +300,8 @@ pub trait DeadLetterStore: sealed::Sealed + Send + Sync + 'static {
     async fn dlq_act(&self, batch: ActBatch, now: Timestamp) -> Result<ActReport>;
 
     /// Deletes events that are still dead and have no record (never expected: the purge by
-    /// age finds them). Returns how many.
-    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64>;
+    /// age finds them); an ordering key one of them held moves on at `now`. Returns how many.
+    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64>;
 }
 
 /// Durable operations (see [`crate::operation`]): creating, reading, claiming, advancing and

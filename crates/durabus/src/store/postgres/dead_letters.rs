@@ -298,7 +298,7 @@ impl DeadLetterStore for PgStore {
         .await
     }
 
-    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64> {
+    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
         self.noted(async {
             self.check()?;
             if ids.is_empty() {
@@ -306,17 +306,26 @@ impl DeadLetterStore for PgStore {
             }
             let raw: Vec<Uuid> = ids.iter().map(|i| i.0).collect();
             let mut tx = tx::begin(&self.pool).await?;
-            let n = q(&self.sql.ops.dl_count_dead)
+            // Locked until the delete below; a key one of them held moves on.
+            let dead: Vec<EventId> = q(&self.sql.ops.dl_dead_of)
                 .bind(&raw)
-                .fetch_one(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?
-                .try_get::<i64, _>(0)?;
+                .iter()
+                .map(|r| r.try_get::<Uuid, _>(0).map(EventId))
+                .collect::<std::result::Result<_, _>>()?;
+            let key_ops = super::keys::keys_of(&mut tx, &self.sql, &dead)
+                .await?
+                .into_iter()
+                .map(|(key, id)| (key, id, KeyOp::Leave))
+                .collect();
+            super::keys::apply(&mut tx, &self.sql, &self.channel, key_ops, now.as_millis()).await?;
             q(&self.sql.ops.dl_delete_many)
                 .bind(&raw)
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;
-            Ok(u64::try_from(n).unwrap_or(0))
+            Ok(u64::try_from(dead.len()).unwrap_or(u64::MAX))
         })
         .await
     }

@@ -38,7 +38,7 @@ pub struct PgOpsSql {
     pub dl_auto_due: String,
     pub dl_closed_before: String,
     pub dl_dead_before: String,
-    pub dl_count_dead: String,
+    pub dl_dead_of: String,
     pub dl_max_seq: String,
     pub group_adjust: String,
     pub group_prune: String,
@@ -166,8 +166,8 @@ impl PgOpsSql {
             dl_dead_before: format!(
                 "SELECT id FROM {s}.events WHERE status = 'dlq' AND created_at <= $1 LIMIT $2"
             ),
-            dl_count_dead: format!(
-                "SELECT count(*) FROM {s}.events WHERE id = ANY($1) AND status = 'dlq'"
+            dl_dead_of: format!(
+                "SELECT id FROM {s}.events WHERE id = ANY($1) AND status = 'dlq' FOR UPDATE"
             ),
             dl_max_seq: format!("SELECT coalesce(max(seq), 0) FROM {s}.dead_letters"),
             group_adjust: format!(

@@ -98,9 +98,10 @@ struct DeleteDead(Vec<EventId>);
 impl WriteOp for DeleteDead {
     type Reply = u64;
 
-    fn apply(&self, conn: &Connection, sql: &Sql, _now: Timestamp) -> Result<u64> {
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
         let mut n = 0;
         for id in &self.0 {
+            super::keys::leave_if_dead(conn, sql, *id, now)?;
             n += u64::from(delete_dead_event(conn, sql, *id)?);
         }
         Ok(n)
@@ -272,11 +273,11 @@ impl DeadLetterStore for SqliteStore {
         Ok(self.write(Act(batch), now).await?.0)
     }
 
-    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>) -> Result<u64> {
+    async fn dlq_delete_dead_events(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
         if ids.is_empty() {
             return Ok(0);
         }
-        self.write(DeleteDead(ids), Timestamp(0)).await
+        self.write(DeleteDead(ids), now).await
     }
 }
 

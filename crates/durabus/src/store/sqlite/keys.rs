@@ -128,6 +128,25 @@ pub(super) fn settle(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) 
     Ok(())
 }
 
+/// Dead event `id` is about to be deleted without its record (the purge of dead events that
+/// have none): a key it held moves on. Nothing for an event that is not dead (it stays).
+pub(super) fn leave_if_dead(
+    conn: &Connection,
+    sql: &Sql,
+    id: EventId,
+    now: Timestamp,
+) -> Result<()> {
+    let dead = conn
+        .prepare_cached(&sql.key_dead)?
+        .query_row([id.to_string()], |_| Ok(()))
+        .optional()?
+        .is_some();
+    if dead {
+        leave(conn, sql, id, now)?;
+    }
+    Ok(())
+}
+
 /// After a crash recovery: every keyed event it ended cancelled leaves its key.
 pub(super) fn settle_all(conn: &Connection, sql: &Sql, now: Timestamp) -> Result<()> {
     let gone: Vec<String> = conn

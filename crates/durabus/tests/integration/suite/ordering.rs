@@ -218,6 +218,52 @@ pub async fn a_dead_letter_lets_its_key_move_on_or_holds_it_until_retried(h: &Ha
     bus.shutdown().await.unwrap();
 }
 
+/// The purge's last resort, deleting dead events that have no record, lets a key one of them
+/// held move on (else the key's later events would wait for good).
+pub async fn deleting_a_dead_event_that_holds_its_key_moves_the_key_on(h: &Harness) {
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log = recording(
+        &bus,
+        SubscribeOptions::default()
+            .retry(RetryOverride::default().max_retries(0))
+            .hold_key_on_dead_letter(true),
+        HashMap::from([(1, 1)]),
+    )
+    .await;
+    bus.start().await.unwrap();
+    let dead = bus.enqueue_event(keyed("k", 1)).await.unwrap();
+    let waits = bus.enqueue_event(keyed("k", 2)).await.unwrap();
+    reach(&bus, dead, EventStatus::Dlq).await;
+    assert_eq!(status(&bus, waits).await, EventStatus::Pending);
+    // Not dead: nothing is deleted, the key stays as it is.
+    assert_eq!(
+        bus.store()
+            .dlq_delete_dead_events(vec![waits], h.clock.now())
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        bus.store().gauges(h.clock.now()).await.unwrap().held_keys,
+        1
+    );
+    assert_eq!(
+        bus.store()
+            .dlq_delete_dead_events(vec![dead], h.clock.now())
+            .await
+            .unwrap(),
+        1
+    );
+    reach(&bus, waits, EventStatus::Done).await;
+    assert!(bus.store().get_event(dead).await.unwrap().is_none());
+    assert_eq!(log.lock().unwrap().order["k"], vec![1, 2]);
+    assert_eq!(
+        bus.store().gauges(h.clock.now()).await.unwrap().held_keys,
+        0
+    );
+    bus.shutdown().await.unwrap();
+}
+
 pub async fn a_delayed_head_holds_its_key_and_a_cancel_moves_it_on(h: &Harness) {
     let bus = h.builder().await.concurrency(4).build().await.unwrap();
     let log = recording(&bus, SubscribeOptions::default(), HashMap::new()).await;

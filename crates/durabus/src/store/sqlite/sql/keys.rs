@@ -42,6 +42,9 @@ pub(super) const KEY_HEAD_ID: &str = "SELECT id FROM {p}events WHERE rowid = ?1"
 pub(super) const KEY_WAKE: &str = "UPDATE {p}events SET status = ?2, next_attempt_at = ?3
          WHERE rowid = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL";
 
+/// Whether event `?1` is dead.
+pub(super) const KEY_DEAD: &str = "SELECT 1 FROM {p}events WHERE id = ?1 AND status = 'dlq'";
+
 /// Whether keyed event `?1` ended cancelled.
 pub(super) const KEY_CANCELLED: &str = "SELECT 1 FROM {p}events
          WHERE id = ?1 AND ordering_key IS NOT NULL AND status = 'cancelled'";

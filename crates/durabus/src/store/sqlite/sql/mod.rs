@@ -135,6 +135,7 @@ statements! {
     key_head_id = keys::KEY_HEAD_ID;
     key_wake = keys::KEY_WAKE;
     key_cancelled = keys::KEY_CANCELLED;
+    key_dead = keys::KEY_DEAD;
     key_cancelled_all = keys::KEY_CANCELLED_ALL;
     key_waiting = keys::KEY_WAITING;
     key_hold = keys::KEY_HOLD;
