@@ -117,15 +117,7 @@ fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<
 /// After a transition that may have ended event `id` cancelled (a retry, a snooze, a release,
 /// a cancel): a cancelled event leaves its key.
 pub(super) fn settle(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<()> {
-    let cancelled = conn
-        .prepare_cached(&sql.key_cancelled)?
-        .query_row([id.to_string()], |_| Ok(()))
-        .optional()?
-        .is_some();
-    if cancelled {
-        leave(conn, sql, id, now)?;
-    }
-    Ok(())
+    leave_if(conn, sql, &sql.key_cancelled, id, now)
 }
 
 /// Dead event `id` is about to be deleted without its record (the purge of dead events that
@@ -136,12 +128,17 @@ pub(super) fn leave_if_dead(
     id: EventId,
     now: Timestamp,
 ) -> Result<()> {
-    let dead = conn
-        .prepare_cached(&sql.key_dead)?
+    leave_if(conn, sql, &sql.key_dead, id, now)
+}
+
+/// Event `id` leaves its key if `check` (a statement on its id) finds a row.
+fn leave_if(conn: &Connection, sql: &Sql, check: &str, id: EventId, now: Timestamp) -> Result<()> {
+    let found = conn
+        .prepare_cached(check)?
         .query_row([id.to_string()], |_| Ok(()))
         .optional()?
         .is_some();
-    if dead {
+    if found {
         leave(conn, sql, id, now)?;
     }
     Ok(())
