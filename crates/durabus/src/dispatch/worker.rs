@@ -236,8 +236,10 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         }
         if queue.is_empty() && dispatcher.paused().bus(clock.now()).is_some() {
             // The whole bus is paused: no claims until the pause set changes (a resume, an
-            // expiry, a refresh) or shutdown. What was claimed before runs out first.
+            // expiry, a refresh) or shutdown. What was claimed before runs out first; what the
+            // store set aside for the next claim goes back.
             drop((slot, write));
+            give_back_set_aside(&dispatcher).await;
             let changed = paused.changed();
             tokio::select! {
                 _ = changed => {}
@@ -347,6 +349,7 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
         queue.extend(events);
     }
     // Claimed but never started: give them back without counting an attempt.
+    give_back_set_aside(&dispatcher).await;
     if !queue.is_empty() {
         let ids = queue.iter().map(|e| e.id).collect();
         if let Err(e) = store.release(ids, clock.now()).await {
@@ -355,6 +358,19 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
                 .on_error
                 .report(crate::hook::ErrorSource::Release, &e, false);
         }
+    }
+}
+
+/// Gives back what the store set aside for this loop's next claims (see
+/// [`EventStore::give_back_set_aside`](crate::store::EventStore::give_back_set_aside)).
+async fn give_back_set_aside(dispatcher: &Dispatcher) {
+    let now = dispatcher.clock().now();
+    if let Err(e) = dispatcher.store().give_back_set_aside(now).await {
+        tracing::warn!(error = %e, "could not give back set-aside events; closing the store or the next start does");
+        dispatcher
+            .config()
+            .on_error
+            .report(crate::hook::ErrorSource::Release, &e, false);
     }
 }
 

@@ -143,6 +143,17 @@ pub trait EventStore: sealed::Sealed + Send + Sync + std::fmt::Debug + 'static {
     /// still queued): `processing` → `pending`, due now, retry count untouched. Returns how many.
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64>;
 
+    /// Gives back the events this store set aside for its next claims, never claimed: `pending`
+    /// again at their due time (their place among the due events). On SQLite a completion
+    /// claims the next event of its ordering key and sets it aside for the next
+    /// [`claim_due`](Self::claim_due); a worker that stops or finds the whole bus paused calls
+    /// this so that no event stays `processing` with nobody to run it. Returns how many
+    /// (always 0 on a store that sets nothing aside).
+    async fn give_back_set_aside(&self, now: Timestamp) -> Result<u64> {
+        let _ = now;
+        Ok(0)
+    }
+
     /// Crash recovery: `processing` events left by a process that stopped go back to
     /// `pending`, due now, with the interrupted attempt counted as the rules of `store/recovery.rs` decide.
     /// Returns how many.

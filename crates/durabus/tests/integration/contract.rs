@@ -172,6 +172,7 @@ macro_rules! all_contract_tests {
             pauses::a_pause_made_by_another_process_holds_within_a_refresh,
             pauses::a_pause_until_a_time_ends_by_itself,
             pauses::pausing_the_whole_bus_stops_claims_and_publish_returns_at_once,
+            pauses::the_next_event_of_a_key_whose_head_finishes_during_a_bus_pause_waits_pending,
             pauses::an_event_parked_as_its_pause_ended_is_woken_by_a_refresh,
             pauses::bad_pauses_and_resumes_are_refused_and_nothing_changes,
             shared_breakers::every_process_reports_its_breakers,

@@ -1,5 +1,7 @@
 //! The hot path on SQLite: insert, claim, record, release, recover. Each is a typed write op.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -7,6 +9,7 @@ use super::SqliteStore;
 use super::op::WriteOp;
 use super::row_writes::{insert_with_snapshots, metadata_texts, of_stored, waiting};
 use super::rows::{Undecoded, json_list, undecoded_from_row};
+use super::set_aside::{self, SetAside};
 use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::Result;
@@ -111,12 +114,15 @@ fn promote(conn: &Connection, sql: &Sql, now_ms: i64) -> Result<()> {
     Ok(())
 }
 
+/// Writes one outcome; a completion that claims the next event of its ordering key pushes the
+/// event's row onto `next`.
 fn record_one(
     conn: &Connection,
     sql: &Sql,
     outcome: &Outcome,
     now: Timestamp,
     woke: &std::sync::atomic::AtomicBool,
+    next: &mut Vec<Undecoded>,
 ) -> Result<bool> {
     let now_ms = now.as_millis();
     let n = match outcome {
@@ -142,9 +148,9 @@ fn record_one(
                         super::dead_letter_writes::write_delivered(conn, sql, *id, now)?;
                     }
                     if let Some(key) = key
-                        && super::keys::moved_on(conn, sql, &key, now)?
+                        && super::keys::moved_on(conn, sql, &key, now, next)?
                     {
-                        // The next event of its key is due: the dispatcher must look.
+                        // The next event of its key is claimed or due: the dispatcher must look.
                         woke.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     1
@@ -239,22 +245,31 @@ fn record_one(
     Ok(n == 1)
 }
 
-/// Outcomes to write, their snapshots, and whether writing them made an event of an ordering
-/// key due.
+/// Outcomes to write, their snapshots, whether writing them made an event of an ordering key
+/// due, and where the events their completions claim are set aside.
 struct Record(
     Vec<Outcome>,
     Vec<NewSnapshot>,
     std::sync::atomic::AtomicBool,
+    Arc<SetAside>,
 );
 
-impl WriteOp for Record {
-    type Reply = Vec<bool>;
+/// What [`Record`] wrote: one flag per outcome, and the events its completions claimed (set
+/// aside once the transaction has committed).
+struct Recorded {
+    applied: Vec<bool>,
+    next: Vec<Undecoded>,
+}
 
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Vec<bool>> {
+impl WriteOp for Record {
+    type Reply = Recorded;
+
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Recorded> {
+        let mut next = Vec::new();
         let applied = self
             .0
             .iter()
-            .map(|o| record_one(conn, sql, o, now, &self.2))
+            .map(|o| record_one(conn, sql, o, now, &self.2, &mut next))
             .collect::<Result<Vec<bool>>>()?;
         if !self.1.is_empty() {
             let ids = self
@@ -265,10 +280,15 @@ impl WriteOp for Record {
                 .map(|(o, _)| o.id());
             super::payloads::put(conn, sql, of_stored(&self.1, ids))?;
         }
-        Ok(applied)
+        Ok(Recorded { applied, next })
     }
 
-    fn wakes(&self, applied: &Vec<bool>) -> bool {
+    fn committed(&self, reply: &mut Recorded) {
+        self.3.put(std::mem::take(&mut reply.next));
+    }
+
+    fn wakes(&self, reply: &Recorded) -> bool {
+        let applied = &reply.applied;
         // A retry scheduled, or a death that may have announced a new dead letter with a
         // `system.dead_letter` event (a later round of a record announces nothing, and the
         // wake finds nothing new: harmless).
@@ -356,7 +376,26 @@ impl EventStore for SqliteStore {
         // The rows' JSON is parsed here, off the writer's thread. A row that does not decode
         // (written by hand, say) is left out and logged: it stays claimed until the next start's
         // recovery, and the others are delivered.
-        let rows = self.write(Claim(limit), now).await?;
+        // The next events of ordering keys, claimed by their predecessors' completions, come
+        // first (see `SetAside::take_first`); then due events from the table if room is left;
+        // then more set-aside events, if room is still left.
+        let mut rows = self.set_aside.take_first(limit);
+        let room = limit - rows.len();
+        if room > 0 {
+            let changes = self.set_aside.table_changes();
+            match self.write(Claim(room), now).await {
+                Ok(claimed) => {
+                    self.set_aside.looked(changes, claimed.len() < room);
+                    rows.extend(claimed);
+                }
+                Err(e) => {
+                    self.set_aside.put_back(rows);
+                    return Err(e);
+                }
+            }
+            let room = limit - rows.len();
+            rows.extend(self.set_aside.take(room));
+        }
         let mut events = Vec::with_capacity(rows.len());
         for row in rows {
             let id = row.id();
@@ -404,15 +443,18 @@ impl EventStore for SqliteStore {
         if outcomes.is_empty() {
             return Ok(Vec::new());
         }
-        self.write(
-            Record(
-                outcomes,
-                snapshots,
-                std::sync::atomic::AtomicBool::new(false),
-            ),
-            now,
-        )
-        .await
+        let recorded = self
+            .write(
+                Record(
+                    outcomes,
+                    snapshots,
+                    std::sync::atomic::AtomicBool::new(false),
+                    self.set_aside.clone(),
+                ),
+                now,
+            )
+            .await?;
+        Ok(recorded.applied)
     }
 
     async fn release(&self, ids: Vec<EventId>, now: Timestamp) -> Result<u64> {
@@ -422,7 +464,25 @@ impl EventStore for SqliteStore {
         self.write(Release(ids), now).await
     }
 
+    async fn give_back_set_aside(&self, now: Timestamp) -> Result<u64> {
+        let rows = self.set_aside.take_all();
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let back = set_aside::GiveBack::of(&rows);
+        match self.write(back, now).await {
+            Ok(n) => Ok(n),
+            Err(e) => {
+                self.set_aside.put_back(rows);
+                Err(e)
+            }
+        }
+    }
+
     async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
+        // Set-aside events never ran: they go back without an attempt counted, and none can
+        // be claimed from memory after the recovery made it pending.
+        self.give_back_set_aside(now).await?;
         self.write(Recover, now).await
     }
 }

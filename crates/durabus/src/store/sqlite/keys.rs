@@ -4,10 +4,13 @@
 //! outcome's update a column; a head that died holding its key is a row of `key_holds`). The
 //! head of a key is delivered like any event; the others wait with no due time until the head
 //! finishes (done, dead-lettered without holding its key, cancelled), when the next becomes
-//! due. The writer serialises every change, so a key never has two heads.
+//! due; after a completion, the common case, the next is claimed at once and set aside for the
+//! next claim ([`set_aside`](super::set_aside)). The writer serialises every change, so a key
+//! never has two heads.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::rows::{Undecoded, undecoded_from_row};
 use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::Result;
@@ -38,14 +41,23 @@ pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -
     };
     conn.prepare_cached(&sql.key_drop)?.execute([&id])?;
     conn.prepare_cached(&sql.key_unhold)?.execute([&id])?;
-    wake_head(conn, sql, &key, now)
+    wake_head(conn, sql, &key, now, None)
 }
 
 /// An event of `key` finished and gave up its place in the update that recorded it (a
-/// completion): the next event of the key becomes due at `now` if it waits. Returns whether
-/// one did.
-pub(super) fn moved_on(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<bool> {
-    wake_head(conn, sql, key, now)
+/// completion): the next event of the key, if it waits, is claimed at `now` and pushed onto
+/// `next` when it is due now with priority 0 (the common case: the worker gets it from the
+/// store's set-aside events, see [`set_aside`](super::set_aside)), else it becomes due in its
+/// lane. Returns whether an event became due in the table (a claimed one wakes the dispatcher
+/// when it is set aside).
+pub(super) fn moved_on(
+    conn: &Connection,
+    sql: &Sql,
+    key: &str,
+    now: Timestamp,
+    next: &mut Vec<Undecoded>,
+) -> Result<bool> {
+    wake_head(conn, sql, key, now, Some(next))
 }
 
 /// What waking a key's head needs to know of it (integers only: no text is read on this
@@ -85,8 +97,16 @@ fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
 }
 
 /// Makes the head of `key` due if it is waiting (a head that runs, retries or is dead stays as
-/// it is), in its waiting lane.
-fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<bool> {
+/// it is), in its waiting lane; or, given `hand` and the head due now with priority 0, claims
+/// it and pushes its row onto `hand` (one update of the row instead of the wake's and then a
+/// claim's).
+fn wake_head(
+    conn: &Connection,
+    sql: &Sql,
+    key: &str,
+    now: Timestamp,
+    hand: Option<&mut Vec<Undecoded>>,
+) -> Result<bool> {
     let head: Option<Head> = conn
         .prepare_cached(&sql.key_head)?
         .query_row([key], head_of)
@@ -97,6 +117,23 @@ fn wake_head(conn: &Connection, sql: &Sql, key: &str, now: Timestamp) -> Result<
     let Some((status, due)) = woken(&head, now) else {
         return Ok(false);
     };
+    if let Some(next) = hand
+        && status == EventStatus::Pending
+        && head.priority == 0
+    {
+        let claimed = conn.prepare_cached(&sql.key_hand)?.execute(params![
+            head.rowid,
+            due,
+            now.as_millis()
+        ])?;
+        if claimed == 1 {
+            next.push(
+                conn.prepare_cached(&sql.key_handed)?
+                    .query_row([head.rowid], undecoded_from_row)?,
+            );
+        }
+        return Ok(false);
+    }
     conn.prepare_cached(&sql.key_wake)?
         .execute(params![head.rowid, status.as_str(), due])?;
     let lane = if status == EventStatus::Scheduled {

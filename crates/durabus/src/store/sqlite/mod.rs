@@ -24,6 +24,7 @@ mod rates;
 mod row_writes;
 mod rows;
 mod schema;
+mod set_aside;
 mod slot_rows;
 mod slots;
 mod sql;
@@ -180,6 +181,8 @@ pub struct SqliteStore {
     waiting: std::sync::atomic::AtomicUsize,
     /// Moving average of how long a lone caller waited for its reply, in µs.
     lone_reply_us: AtomicU64,
+    /// Events completions claimed for the next claims (see [`set_aside`]).
+    set_aside: Arc<set_aside::SetAside>,
 }
 
 /// How long a lone caller polls for the writer's reply before parking.
@@ -418,6 +421,24 @@ impl StoreLifecycle for SqliteStore {
     }
 
     async fn close(&self) -> Result<()> {
+        if lock(&self.tx).is_none() {
+            return Ok(());
+        }
+        // Events set aside and never claimed go back to pending first (at the latest of their
+        // due times as now: the store has no clock of its own).
+        let rows = self.set_aside.take_all();
+        if !rows.is_empty() {
+            let back = set_aside::GiveBack::of(&rows);
+            let now = back
+                .0
+                .iter()
+                .map(|(_, due)| *due)
+                .max()
+                .unwrap_or(Timestamp(0));
+            if let Err(e) = self.write(back, now).await {
+                tracing::warn!(error = %e, events = rows.len(), "could not give back set-aside events; the next start recovers them");
+            }
+        }
         let Some(tx) = lock(&self.tx).take() else {
             return Ok(());
         };

@@ -24,6 +24,13 @@ pub(crate) trait WriteOp: Send + 'static {
         let _ = reply;
         false
     }
+
+    /// Runs on the writer's thread once the transaction that ran this op has committed, before
+    /// the dispatcher is woken and the caller answered: what must be in place when they look
+    /// (events a completion claimed for the next claim).
+    fn committed(&self, reply: &mut Self::Reply) {
+        let _ = reply;
+    }
 }
 
 /// A request on the writer's channel: an op, the time it runs at, and where its reply goes,
@@ -33,6 +40,8 @@ pub(super) trait Job: Send {
     fn run(&mut self, conn: &Connection, sql: &Sql) -> Result<()>;
     /// Whether the kept reply wakes the dispatcher.
     fn wakes(&self) -> bool;
+    /// The op's transaction committed (see [`WriteOp::committed`]).
+    fn committed(&mut self);
     /// Answers the caller: the kept reply if `result` is `Ok`, else the error.
     fn answer(self: Box<Self>, result: Result<()>);
 }
@@ -53,6 +62,12 @@ impl<O: WriteOp> Job for Request<O> {
 
     fn wakes(&self) -> bool {
         self.reply.as_ref().is_some_and(|r| self.op.wakes(r))
+    }
+
+    fn committed(&mut self) {
+        if let Some(reply) = self.reply.as_mut() {
+            self.op.committed(reply);
+        }
     }
 
     fn answer(self: Box<Self>, result: Result<()>) {

@@ -176,12 +176,14 @@ impl SqliteStore {
             .name("durabus-sqlite-checkpoint".into())
             .spawn(move || checkpoint::run(cp_target, busy, limit, flag, ask, checkpoint_rx, watch))
             .map_err(|e| Error::Internal(format!("cannot start the checkpoint thread: {e}")))?;
+        let set_aside = Arc::new(super::set_aside::SetAside::new(wake.clone()));
         let writer = Writer {
             conn,
             sql: sql.clone(),
             rx,
             lock_timeout: options.lock_timeout,
             wake: wake.clone(),
+            set_aside: set_aside.clone(),
             stats: stats.clone(),
             checkpoint: checkpoint_tx,
             checkpoint_thread,
@@ -206,6 +208,7 @@ impl SqliteStore {
             stats,
             waiting: std::sync::atomic::AtomicUsize::new(0),
             lone_reply_us: AtomicU64::new(0),
+            set_aside,
         })
     }
 }

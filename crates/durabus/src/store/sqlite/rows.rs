@@ -63,6 +63,16 @@ impl Undecoded {
         self.event.id
     }
 
+    /// The event's due time, if it has one.
+    pub fn next_attempt_at(&self) -> Option<crate::clock::Timestamp> {
+        self.event.next_attempt_at
+    }
+
+    /// When the event was published.
+    pub fn created_at(&self) -> crate::clock::Timestamp {
+        self.event.created_at
+    }
+
     /// The event, its JSON columns parsed.
     pub fn decode(self) -> rusqlite::Result<Event> {
         Ok(Event {

@@ -33,6 +33,8 @@ pub(super) struct Writer {
     pub rx: Receiver<Msg>,
     pub lock_timeout: Duration,
     pub wake: Arc<Notify>,
+    /// Told of every commit that wakes the dispatcher (a claim trusts a dry table until one).
+    pub set_aside: Arc<super::set_aside::SetAside>,
     pub stats: Arc<super::WriteStats>,
     pub checkpoint: std::sync::mpsc::Sender<super::checkpoint::Stop>,
     /// The checkpoint thread, joined at close: an in-memory database lives, and a file's WAL
@@ -143,6 +145,11 @@ impl Writer {
                     .collect()
             }
         };
+        for (job, result) in batch.iter_mut().zip(&results) {
+            if result.is_ok() {
+                job.committed();
+            }
+        }
         let committed = results.iter().filter(|r| r.is_ok()).count() as u64;
         if committed > 0 {
             self.committed.store(true, Ordering::Release);
@@ -153,6 +160,7 @@ impl Writer {
                 .zip(&results)
                 .any(|(job, r)| r.is_ok() && job.wakes());
             if wake {
+                self.set_aside.table_changed();
                 self.wake.notify_one();
             }
         }

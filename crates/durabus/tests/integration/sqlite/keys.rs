@@ -188,3 +188,177 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
     assert_eq!((g.held_keys, g.oldest_held_key_at), (1, Some(Timestamp(5))));
     bus.shutdown().await.unwrap();
 }
+
+/// The store on the file at `path`.
+async fn store_with(path: &std::path::Path) -> SqliteStore {
+    SqliteStore::open(path, SqliteOptions::default())
+        .await
+        .unwrap()
+}
+
+/// Stores `events` as pending at `now`; their ids.
+async fn insert(
+    store: &SqliteStore,
+    events: Vec<NewEvent>,
+    now: Timestamp,
+) -> Vec<durabus::EventId> {
+    let ids = events.iter().map(|e| e.id).collect();
+    store
+        .insert(events, InsertMode::Pending, now)
+        .await
+        .unwrap();
+    ids
+}
+
+fn keyed(key: &str, n: i64) -> NewEvent {
+    NewEvent::new("o.step", &n).unwrap().ordering_key(key)
+}
+
+async fn status(store: &SqliteStore, id: durabus::EventId) -> EventStatus {
+    store.get_event(id).await.unwrap().unwrap().status
+}
+
+async fn done(store: &SqliteStore, id: durabus::EventId, now: Timestamp) {
+    let outcome = durabus::Outcome::Done {
+        id,
+        delivered: Vec::new(),
+    };
+    assert!(store.record(outcome, now).await.unwrap());
+}
+
+fn ids_of(events: &[Event]) -> Vec<durabus::EventId> {
+    events.iter().map(|e| e.id).collect()
+}
+
+#[tokio::test]
+async fn a_completion_claims_the_next_event_of_its_key_for_the_next_claim() {
+    let (_dir, path) = temp();
+    let store = store_with(&path).await;
+    let now = Timestamp(1_000);
+    let a = insert(&store, (0..4).map(|n| keyed("a", n)).collect(), now).await;
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), vec![a[0]]);
+
+    // The head's completion claims the next event of the key: no wake, no due time to wait.
+    done(&store, a[0], now).await;
+    assert_eq!(status(&store, a[1]).await, EventStatus::Processing);
+    assert_eq!(
+        status(&store, a[2]).await,
+        EventStatus::Pending,
+        "still waiting"
+    );
+    let claimed = store.claim_due(now, 10).await.unwrap();
+    assert_eq!(ids_of(&claimed), vec![a[1]]);
+    assert_eq!(claimed[0].status, EventStatus::Processing);
+    assert!(
+        store.claim_due(now, 10).await.unwrap().is_empty(),
+        "once only"
+    );
+
+    // Given back unclaimed (a worker stopping or paused): pending at its place, due since it
+    // was published, claimed once.
+    done(&store, a[1], now).await;
+    assert_eq!(store.give_back_set_aside(now).await.unwrap(), 1);
+    let back = store.get_event(a[2]).await.unwrap().unwrap();
+    assert_eq!(back.status, EventStatus::Pending);
+    assert_eq!(back.next_attempt_at, Some(back.created_at));
+    assert_eq!(back.retry_count, 0, "no attempt counted");
+    assert_eq!(store.give_back_set_aside(now).await.unwrap(), 0);
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), vec![a[2]]);
+    assert!(store.claim_due(now, 10).await.unwrap().is_empty());
+
+    // Set aside when the store closes: given back, and pending after the next open, with no
+    // attempt counted by the recovery.
+    done(&store, a[2], now).await;
+    assert_eq!(status(&store, a[3]).await, EventStatus::Processing);
+    store.close().await.unwrap();
+    let store = store_with(&path).await;
+    let last = store.get_event(a[3]).await.unwrap().unwrap();
+    assert_eq!(last.status, EventStatus::Pending);
+    assert_eq!(store.recover_processing(now).await.unwrap(), 0);
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), vec![a[3]]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn set_aside_events_take_half_a_claim_unless_the_table_is_known_to_have_nothing_due() {
+    let (_dir, path) = temp();
+    let store = store_with(&path).await;
+    let now = Timestamp(1_000);
+    // Four keys of three events each.
+    let mut steps: Vec<Vec<durabus::EventId>> = vec![Vec::new(); 3];
+    for key in ["a", "b", "c", "d"] {
+        let ids = insert(&store, (0..3).map(|n| keyed(key, n)).collect(), now).await;
+        for (step, id) in steps.iter_mut().zip(ids) {
+            step.push(id);
+        }
+    }
+    // The heads; the claim had room left, so the table is known to have nothing else due.
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), steps[0]);
+    for id in &steps[0] {
+        done(&store, *id, now).await;
+    }
+    // Nothing was written since that could make an event due in the table: the set-aside
+    // events fill the claim without a look at it.
+    assert_eq!(ids_of(&store.claim_due(now, 4).await.unwrap()), steps[1]);
+
+    // Four events without a key become due: a claim that set-aside events would fill leaves
+    // the table half of it.
+    let plain: Vec<NewEvent> = (0..4)
+        .map(|n| NewEvent::new("o.plain", &n).unwrap())
+        .collect();
+    let plain = insert(&store, plain, now).await;
+    for id in &steps[1] {
+        done(&store, *id, now).await;
+    }
+    let first = ids_of(&store.claim_due(now, 4).await.unwrap());
+    assert_eq!(first, vec![steps[2][0], steps[2][1], plain[0], plain[1]]);
+    let second = ids_of(&store.claim_due(now, 10).await.unwrap());
+    assert_eq!(second, vec![steps[2][2], steps[2][3], plain[2], plain[3]]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn recovery_gives_set_aside_events_back_uncounted_and_never_delivers_them_twice() {
+    let (_dir, path) = temp();
+    let store = store_with(&path).await;
+    let now = Timestamp(1_000);
+    let a = insert(&store, vec![keyed("a", 0), keyed("a", 1)], now).await;
+    store.claim_due(now, 10).await.unwrap();
+    done(&store, a[0], now).await;
+    // It never ran: given back, not recovered with an attempt counted.
+    assert_eq!(store.recover_processing(now).await.unwrap(), 0);
+    let back = store.get_event(a[1]).await.unwrap().unwrap();
+    assert_eq!((back.status, back.retry_count), (EventStatus::Pending, 0));
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), vec![a[1]]);
+    assert!(store.claim_due(now, 10).await.unwrap().is_empty());
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_successor_due_later_or_with_a_priority_is_woken_into_its_lane_not_set_aside() {
+    let (_dir, path) = temp();
+    let store = store_with(&path).await;
+    let now = Timestamp(1_000);
+    let later = NewEvent::new("o.step", &1)
+        .unwrap()
+        .ordering_key("a")
+        .deliver_at(Timestamp(5_000));
+    let urgent = NewEvent::new("o.step", &2)
+        .unwrap()
+        .ordering_key("b")
+        .priority(5);
+    let a = insert(&store, vec![keyed("a", 0), later], now).await;
+    let b = insert(&store, vec![keyed("b", 0), urgent], now).await;
+    assert_eq!(store.claim_due(now, 10).await.unwrap().len(), 2);
+    done(&store, a[0], now).await;
+    done(&store, b[0], now).await;
+    assert_eq!(status(&store, a[1]).await, EventStatus::Scheduled);
+    assert_eq!(status(&store, b[1]).await, EventStatus::Pending);
+    assert_eq!(store.give_back_set_aside(now).await.unwrap(), 0);
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), vec![b[1]]);
+    assert_eq!(
+        ids_of(&store.claim_due(Timestamp(5_000), 10).await.unwrap()),
+        vec![a[1]]
+    );
+    store.close().await.unwrap();
+}

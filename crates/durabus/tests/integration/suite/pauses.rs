@@ -261,6 +261,63 @@ pub async fn pausing_the_whole_bus_stops_claims_and_publish_returns_at_once(h: &
     bus.shutdown().await.unwrap();
 }
 
+pub async fn the_next_event_of_a_key_whose_head_finishes_during_a_bus_pause_waits_pending(
+    h: &Harness,
+) {
+    let bus = bus(h).await;
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let (c, g) = (calls.clone(), gate.clone());
+    bus.subscribe(
+        "k.*",
+        move |e: Event| {
+            let (c, g) = (c.clone(), g.clone());
+            async move {
+                let n: i64 = e.payload()?;
+                c.lock().unwrap().push(n);
+                if n == 0 {
+                    g.notified().await;
+                }
+                Ok(())
+            }
+        },
+        SubscribeOptions::default().name("steps"),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    let events: Vec<NewEvent> = (0..2i64)
+        .map(|n| NewEvent::new("k.step", &n).unwrap().ordering_key("k"))
+        .collect();
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    bus.enqueue_batch(events).await.unwrap();
+    eventually("the head runs", || async {
+        (!calls.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    bus.pause(pause_of(PauseScope::Bus, None)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    // The head finishes while the bus is paused: the next event of its key is not left
+    // running with nobody to run it (SQLite's completion claims it for the next claim, and
+    // the paused worker gives it back); it waits, pending, for the resume.
+    gate.notify_one();
+    wait_status(&bus, ids[0], EventStatus::Done).await;
+    wait_status(&bus, ids[1], EventStatus::Pending).await;
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    assert_eq!(*calls.lock().unwrap(), vec![0]);
+    let waiting = get(&bus, ids[1]).await;
+    assert_eq!(
+        (waiting.status, waiting.retry_count),
+        (EventStatus::Pending, 0)
+    );
+    bus.resume(resume_of(ResumeTarget::Scope(PauseScope::Bus)))
+        .await
+        .unwrap();
+    wait_status(&bus, ids[1], EventStatus::Done).await;
+    assert_eq!(*calls.lock().unwrap(), vec![0, 1]);
+    bus.shutdown().await.unwrap();
+}
+
 pub async fn an_event_parked_as_its_pause_ended_is_woken_by_a_refresh(h: &Harness) {
     let bus = bus(h).await;
     let mail = named(&bus, "mail", "r.*").await;

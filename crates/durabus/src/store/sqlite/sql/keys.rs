@@ -42,6 +42,22 @@ pub(super) const KEY_HEAD_ID: &str = "SELECT id FROM {p}events WHERE rowid = ?1"
 pub(super) const KEY_WAKE: &str = "UPDATE {p}events SET status = ?2, next_attempt_at = ?3
          WHERE rowid = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL";
 
+/// A waiting head, by row, is claimed by the completion that woke it (`?2` its due time, `?3`
+/// now): it goes to the next claim without waiting in the due index.
+pub(super) const KEY_HAND: &str =
+    "UPDATE {p}events SET status = 'processing', next_attempt_at = ?2, updated_at = ?3
+         WHERE rowid = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL";
+
+/// Every column of the event in row `?1` (a head just claimed by [`KEY_HAND`]).
+pub(super) const KEY_HANDED: &str = "SELECT {cols} FROM {p}events WHERE rowid = ?1";
+
+/// Set-aside event `?1`, claimed by a completion and never delivered, goes back to pending at
+/// its due time `?2` (`?3` now; `cancelled` instead, if a cancel came meanwhile).
+pub(super) const KEY_GIVE_BACK: &str =
+    "UPDATE {p}events SET status = CASE WHEN cancel_requested THEN 'cancelled' ELSE 'pending' END,
+             updated_at = ?3, next_attempt_at = CASE WHEN cancel_requested THEN NULL ELSE ?2 END
+         WHERE id = ?1 AND status = 'processing'";
+
 /// Whether event `?1` is dead.
 pub(super) const KEY_DEAD: &str = "SELECT 1 FROM {p}events WHERE id = ?1 AND status = 'dlq'";
 

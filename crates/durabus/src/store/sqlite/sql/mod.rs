@@ -134,6 +134,9 @@ statements! {
     key_head = keys::KEY_HEAD;
     key_head_id = keys::KEY_HEAD_ID;
     key_wake = keys::KEY_WAKE;
+    key_hand = keys::KEY_HAND;
+    key_handed = keys::KEY_HANDED;
+    key_give_back = keys::KEY_GIVE_BACK;
     key_cancelled = keys::KEY_CANCELLED;
     key_dead = keys::KEY_DEAD;
     key_cancelled_all = keys::KEY_CANCELLED_ALL;
