@@ -40,7 +40,9 @@ impl EventBus {
         }
         let now = self.clock().now();
         if self.dispatcher().paused().bus(now).is_some() {
-            // The whole bus is paused (as a started bus last read the pauses).
+            // The whole bus is paused (as a started bus last read the pauses): what the store
+            // set aside for the next claim goes back.
+            self.store().give_back_set_aside(now).await?;
             return Ok(None);
         }
         let mut events = self.store().claim_due(now, 1).await?;

@@ -243,6 +243,8 @@ pub(crate) async fn run(dispatcher: Arc<Dispatcher>, mut shutdown: Shutdown) {
             let changed = paused.changed();
             tokio::select! {
                 _ = changed => {}
+                // A write (an outcome that set the next event of a key aside, say): look again.
+                _ = wake.notified() => {}
                 _ = tokio::time::sleep(config.poll_interval) => {}
                 _ = shutdown.recv() => break,
             }

@@ -324,7 +324,8 @@ impl WriteOp for Release {
     }
 }
 
-struct Recover;
+/// Crash recovery; the store's set-aside events, which it makes pending with the rest.
+struct Recover(Arc<SetAside>);
 
 impl WriteOp for Recover {
     type Reply = u64;
@@ -343,6 +344,12 @@ impl WriteOp for Recover {
             super::keys::settle_all(conn, sql, now)?;
         }
         Ok(n as u64)
+    }
+
+    fn committed(&self, _: &mut u64) {
+        // An event a completion set aside between the give-back before this recovery and the
+        // recovery itself is pending now: it must not be claimed from memory as well.
+        drop(self.0.take_all());
     }
 
     fn wakes(&self, n: &u64) -> bool {
@@ -379,13 +386,13 @@ impl EventStore for SqliteStore {
         // The next events of ordering keys, claimed by their predecessors' completions, come
         // first (see `SetAside::take_first`); then due events from the table if room is left;
         // then more set-aside events, if room is still left.
-        let mut rows = self.set_aside.take_first(limit);
+        let mut rows = self.set_aside.take_first(limit, now);
         let room = limit - rows.len();
         if room > 0 {
             let changes = self.set_aside.table_changes();
             match self.write(Claim(room), now).await {
                 Ok(claimed) => {
-                    self.set_aside.looked(changes, claimed.len() < room);
+                    self.set_aside.looked(changes, claimed.len() < room, now);
                     rows.extend(claimed);
                 }
                 Err(e) => {
@@ -480,9 +487,9 @@ impl EventStore for SqliteStore {
     }
 
     async fn recover_processing(&self, now: Timestamp) -> Result<u64> {
-        // Set-aside events never ran: they go back without an attempt counted, and none can
-        // be claimed from memory after the recovery made it pending.
+        // Set-aside events never ran: they go back without an attempt counted (and any set
+        // aside after this give-back is dropped from memory when the recovery commits).
         self.give_back_set_aside(now).await?;
-        self.write(Recover, now).await
+        self.write(Recover(self.set_aside.clone()), now).await
     }
 }

@@ -421,24 +421,7 @@ impl StoreLifecycle for SqliteStore {
     }
 
     async fn close(&self) -> Result<()> {
-        if lock(&self.tx).is_none() {
-            return Ok(());
-        }
-        // Events set aside and never claimed go back to pending first (at the latest of their
-        // due times as now: the store has no clock of its own).
-        let rows = self.set_aside.take_all();
-        if !rows.is_empty() {
-            let back = set_aside::GiveBack::of(&rows);
-            let now = back
-                .0
-                .iter()
-                .map(|(_, due)| *due)
-                .max()
-                .unwrap_or(Timestamp(0));
-            if let Err(e) = self.write(back, now).await {
-                tracing::warn!(error = %e, events = rows.len(), "could not give back set-aside events; the next start recovers them");
-            }
-        }
+        // The writer gives back the events set aside for claims when it closes.
         let Some(tx) = lock(&self.tx).take() else {
             return Ok(());
         };

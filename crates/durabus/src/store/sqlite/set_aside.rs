@@ -11,9 +11,9 @@
 //! worker's queue.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rusqlite::{Connection, params};
 use tokio::sync::Notify;
@@ -26,10 +26,10 @@ use crate::error::Result;
 use crate::event::EventId;
 use crate::sync::lock;
 
-/// How long a claim trusts a look at the table that found it dry: while set-aside events fill
-/// whole claims, the table is looked at again after this long even if no commit says events
-/// became due there (a retry's back-off or a scheduled time running out makes events due with
-/// no commit).
+/// How long a claim trusts a look at the table that found it dry, in the claims' time (the
+/// bus's clock): while set-aside events fill whole claims, the table is looked at again after
+/// this long even if no commit says events became due there (a retry's back-off or a
+/// scheduled time running out makes events due with no commit).
 const DRY_FOR: Duration = Duration::from_millis(5);
 
 /// The events set aside for the next claims, oldest first, and what the claims know of the
@@ -41,8 +41,10 @@ pub(super) struct SetAside {
     /// Commits that may have made events due in the table, counted by the writer.
     table_changes: AtomicU64,
     /// The last look at the table that came back short: the count of changes before it, and
-    /// when it was made. `None` after a look that came back full.
-    dry: Mutex<Option<(u64, Instant)>>,
+    /// the claim's time. `None` after a look that came back full.
+    dry: Mutex<Option<(u64, Timestamp)>>,
+    /// Which side gets the odd event of a shared claim (so a claim of one alternates).
+    odd_to_table: AtomicBool,
 }
 
 impl std::fmt::Debug for SetAside {
@@ -59,6 +61,7 @@ impl SetAside {
             wake,
             table_changes: AtomicU64::new(0),
             dry: Mutex::new(None),
+            odd_to_table: AtomicBool::new(false),
         }
     }
 
@@ -105,28 +108,35 @@ impl SetAside {
         self.table_changes.load(Ordering::Acquire)
     }
 
-    /// A claim looked at the table, `changes` being the count read before it: it came back
-    /// `short` (fewer due events than it had room for) or full.
-    pub fn looked(&self, changes: u64, short: bool) {
-        *lock(&self.dry) = short.then(|| (changes, Instant::now()));
+    /// A claim at `now` looked at the table, `changes` being the count read before it: it
+    /// came back `short` (fewer due events than it had room for) or full.
+    pub fn looked(&self, changes: u64, short: bool, now: Timestamp) {
+        *lock(&self.dry) = short.then_some((changes, now));
     }
 
     /// Whether the table is known to have no due events: the last look came back short, no
-    /// commit since may have made any due, and it is recent (see [`DRY_FOR`]).
-    pub fn table_dry(&self) -> bool {
+    /// commit since may have made any due, and it is recent at `now` (see [`DRY_FOR`]).
+    pub fn table_dry(&self, now: Timestamp) -> bool {
         lock(&self.dry)
-            .is_some_and(|(changes, at)| changes == self.table_changes() && at.elapsed() < DRY_FOR)
+            .is_some_and(|(changes, at)| changes == self.table_changes() && now < at.plus(DRY_FOR))
     }
 
     /// Takes what a claim of `limit` events gets from the set-aside ones before it looks at
     /// the table (if room is left): all it can, but only half the claim when they would fill it
     /// and the table is not known to be dry, so that due events in the table (other keys'
     /// heads, events without a key, higher priorities) are never starved by chains of keyed
-    /// completions, which set aside about as many events as the worker claims.
-    pub fn take_first(&self, limit: usize) -> Vec<Undecoded> {
+    /// completions, which set aside about as many events as the worker claims. The odd event
+    /// of such a claim goes to each side in turn: claims of one (`Bus::poll`) alternate.
+    pub fn take_first(&self, limit: usize, now: Timestamp) -> Vec<Undecoded> {
         let mut rows = self.take(limit);
-        if rows.len() == limit && !self.table_dry() {
-            self.put_back(rows.split_off(limit.div_ceil(2)));
+        if rows.len() == limit && limit > 0 && !self.table_dry(now) {
+            let odd_to_table = self.odd_to_table.fetch_xor(true, Ordering::AcqRel);
+            let keep = if odd_to_table {
+                limit / 2
+            } else {
+                limit.div_ceil(2)
+            };
+            self.put_back(rows.split_off(keep));
         }
         rows
     }
@@ -148,6 +158,17 @@ impl GiveBack {
                 })
                 .collect(),
         )
+    }
+}
+
+impl GiveBack {
+    /// The give-back of every event set aside in `set_aside`, with the latest of their due
+    /// times as now (for a writer closing, which has no clock); `None` if none is.
+    pub fn all_of(set_aside: &SetAside) -> Option<(GiveBack, Timestamp)> {
+        let rows = set_aside.take_all();
+        let back = GiveBack::of(&rows);
+        let now = back.0.iter().map(|(_, due)| *due).max()?;
+        Some((back, now))
     }
 }
 

@@ -107,6 +107,18 @@ impl Writer {
             }
             self.wal_reset.serve(&self.conn);
         }
+        // Events set aside and never claimed go back to pending, here on the writer's thread
+        // after its last group: no completion can set another aside after this.
+        if let Some((back, now)) = super::set_aside::GiveBack::all_of(&self.set_aside) {
+            let (tx, _rx) = oneshot::channel();
+            let job: Box<dyn Job> = Box::new(super::op::Request {
+                op: back,
+                now,
+                reply: None,
+                tx,
+            });
+            self.commit_group(vec![job]);
+        }
         // Fail whatever raced with the close, then drop the connection (which closes it).
         while let Ok(msg) = self.rx.try_recv() {
             if let Msg::Write(job) = msg {

@@ -284,10 +284,10 @@ async fn set_aside_events_take_half_a_claim_unless_the_table_is_known_to_have_no
     let (_dir, path) = temp();
     let store = store_with(&path).await;
     let now = Timestamp(1_000);
-    // Four keys of three events each.
-    let mut steps: Vec<Vec<durabus::EventId>> = vec![Vec::new(); 3];
+    // Four keys of four events each.
+    let mut steps: Vec<Vec<durabus::EventId>> = vec![Vec::new(); 4];
     for key in ["a", "b", "c", "d"] {
-        let ids = insert(&store, (0..3).map(|n| keyed(key, n)).collect(), now).await;
+        let ids = insert(&store, (0..4).map(|n| keyed(key, n)).collect(), now).await;
         for (step, id) in steps.iter_mut().zip(ids) {
             step.push(id);
         }
@@ -298,22 +298,66 @@ async fn set_aside_events_take_half_a_claim_unless_the_table_is_known_to_have_no
         done(&store, *id, now).await;
     }
     // Nothing was written since that could make an event due in the table: the set-aside
-    // events fill the claim without a look at it.
+    // events fill the claim without a look at it (no transaction).
+    let (transactions, _) = store.write_stats();
     assert_eq!(ids_of(&store.claim_due(now, 4).await.unwrap()), steps[1]);
+    assert_eq!(store.write_stats().0, transactions, "no look at the table");
+
+    // A look is trusted for 5 ms of the claims' time (a back-off may run out meanwhile).
+    for id in &steps[1] {
+        done(&store, *id, now).await;
+    }
+    let later = now.plus(Duration::from_millis(5));
+    let (transactions, _) = store.write_stats();
+    assert_eq!(ids_of(&store.claim_due(later, 4).await.unwrap()), steps[2]);
+    assert_eq!(
+        store.write_stats().0,
+        transactions + 1,
+        "the table looked at"
+    );
 
     // Four events without a key become due: a claim that set-aside events would fill leaves
     // the table half of it.
     let plain: Vec<NewEvent> = (0..4)
         .map(|n| NewEvent::new("o.plain", &n).unwrap())
         .collect();
-    let plain = insert(&store, plain, now).await;
-    for id in &steps[1] {
-        done(&store, *id, now).await;
+    let plain = insert(&store, plain, later).await;
+    for id in &steps[2] {
+        done(&store, *id, later).await;
     }
-    let first = ids_of(&store.claim_due(now, 4).await.unwrap());
-    assert_eq!(first, vec![steps[2][0], steps[2][1], plain[0], plain[1]]);
-    let second = ids_of(&store.claim_due(now, 10).await.unwrap());
-    assert_eq!(second, vec![steps[2][2], steps[2][3], plain[2], plain[3]]);
+    let first = ids_of(&store.claim_due(later, 4).await.unwrap());
+    assert_eq!(first, vec![steps[3][0], steps[3][1], plain[0], plain[1]]);
+    let second = ids_of(&store.claim_due(later, 10).await.unwrap());
+    assert_eq!(second, vec![steps[3][2], steps[3][3], plain[2], plain[3]]);
+    store.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn claims_of_one_alternate_between_set_aside_events_and_the_table() {
+    let (_dir, path) = temp();
+    let store = store_with(&path).await;
+    let now = Timestamp(1_000);
+    let a = insert(&store, (0..3).map(|n| keyed("a", n)).collect(), now).await;
+    assert_eq!(ids_of(&store.claim_due(now, 10).await.unwrap()), vec![a[0]]);
+    let plain: Vec<NewEvent> = (0..2)
+        .map(|n| NewEvent::new("o.plain", &n).unwrap())
+        .collect();
+    let plain = insert(&store, plain, now).await;
+    // `Bus::poll` claims one at a time: a key's chain of completions does not starve the
+    // events due in the table.
+    done(&store, a[0], now).await;
+    assert_eq!(ids_of(&store.claim_due(now, 1).await.unwrap()), vec![a[1]]);
+    done(&store, a[1], now).await;
+    assert_eq!(
+        ids_of(&store.claim_due(now, 1).await.unwrap()),
+        vec![plain[0]]
+    );
+    assert_eq!(ids_of(&store.claim_due(now, 1).await.unwrap()), vec![a[2]]);
+    assert_eq!(
+        ids_of(&store.claim_due(now, 1).await.unwrap()),
+        vec![plain[1]]
+    );
+    assert!(store.claim_due(now, 1).await.unwrap().is_empty());
     store.close().await.unwrap();
 }
 
