@@ -66,6 +66,7 @@ pub(crate) const SQLITE: &[Migration] = &[
         "0017_key_queue_in_events.sql",
         "key_queue_in_events"
     ),
+    migration!(18, "sqlite", "0018_key_links.sql", "key_links"),
 ];
 
 /// The PostgreSQL store's migrations, in order.

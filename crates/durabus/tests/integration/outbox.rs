@@ -249,6 +249,7 @@ async fn the_bus_sits_beside_application_tables_under_its_own_prefix() {
             "app_bus_events",
             "app_bus_jobs",
             "app_bus_key_holds",
+            "app_bus_key_tails",
             "app_bus_meta",
             "app_bus_operations",
             "app_bus_pauses",

@@ -135,11 +135,12 @@ fn record_one(
                 0 => {
                     // Not an ordinary event: a revived dead letter resolves its record; an
                     // event with an ordering key lets its key move on.
-                    let other: Option<(bool, Option<String>)> = conn
+                    type Other = (bool, Option<String>, Option<String>);
+                    let other: Option<Other> = conn
                         .prepare_cached(&sql.record_done_other_read)?
-                        .query_row([&id_text], |r| Ok((r.get(0)?, r.get(1)?)))
+                        .query_row([&id_text], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                         .optional()?;
-                    let Some((dead_letter, key)) = other else {
+                    let Some((dead_letter, key, ahead)) = other else {
                         return Ok(false);
                     };
                     conn.prepare_cached(&sql.record_done_other)?
@@ -148,7 +149,15 @@ fn record_one(
                         super::dead_letter_writes::write_delivered(conn, sql, *id, now)?;
                     }
                     if let Some(key) = key
-                        && super::keys::moved_on(conn, sql, &key, now, next)?
+                        && super::keys::moved_on(
+                            conn,
+                            sql,
+                            &id_text,
+                            &key,
+                            ahead.as_deref(),
+                            now,
+                            next,
+                        )?
                     {
                         // The next event of its key is claimed or due: the dispatcher must look.
                         woke.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -335,14 +344,13 @@ impl WriteOp for Recover {
         // Those with a priority wait in lane 2 again, due now.
         conn.prepare_cached(&sql.waiting_recovered)?
             .execute([now.as_millis()])?;
+        // Events cancelled during their interrupted attempt let their keys move on.
+        let cancelled = super::keys::cancelled_by_recovery(conn, sql)?;
         let n = conn.execute(
             &sql.recover,
             params![now.as_millis(), cost.retry_increment, cost.note],
         )?;
-        if n > 0 {
-            // Events cancelled during their interrupted attempt let their keys move on.
-            super::keys::settle_all(conn, sql, now)?;
-        }
+        super::keys::settle_all(conn, sql, &cancelled, now)?;
         Ok(n as u64)
     }
 

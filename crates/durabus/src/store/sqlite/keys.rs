@@ -1,12 +1,17 @@
 //! Ordering keys on SQLite: the queue of each key's unfinished events, in publish order, is
-//! the events of the key that have a place (`key_seq`, a column of the event's row read
-//! through a partial index: joining costs the insert an index entry, leaving costs the
-//! outcome's update a column; a head that died holding its key is a row of `key_holds`). The
-//! head of a key is delivered like any event; the others wait with no due time until the head
-//! finishes (done, dead-lettered without holding its key, cancelled), when the next becomes
-//! due; after a completion, the common case, the next is claimed at once and set aside for the
-//! next claim ([`set_aside`](super::set_aside)). The writer serialises every change, so a key
-//! never has two heads.
+//! a list through the events' rows: an event in its key's queue has a `key_seq` and points at
+//! the event ahead of it (`key_prev`, NULL for the head; read back through a partial index),
+//! and the key's last event is a row of `key_tails` (one row per busy key). Joining costs the
+//! insert a tail lookup, an index entry and the tail's row; leaving costs the outcome's update
+//! two columns and the next event's update one. Ids grow with publish time, so the index over
+//! `key_prev` is written near its two ends, whatever the number of keys (an index over the
+//! key's name, which this replaced, rewrote a page of itself for each key a commit touched). A
+//! head that died holding its key is a row of `key_holds`. The head of a key is delivered like
+//! any event; the others wait with no due time until the head finishes (done, dead-lettered
+//! without holding its key, cancelled), when the next becomes due; after a completion, the
+//! common case, the next is claimed at once and set aside for the next claim
+//! ([`set_aside`](super::set_aside)). The writer serialises every change, so a key never has
+//! two heads.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -16,15 +21,20 @@ use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::{EventId, EventStatus};
 
-/// The place at the back of `key`'s queue, for an event joining it: `Some(place)` behind
-/// unfinished events of the key (the new event waits), `None` when it has none (the new event
-/// is its head: place 1).
-pub(super) fn back(conn: &Connection, sql: &Sql, key: &str) -> Result<Option<i64>> {
-    let last: Option<i64> = conn
-        .prepare_cached(&sql.key_last)?
+/// The last event of `key`'s queue, for an event joining it: `Some(id)` when the key has
+/// unfinished events (the new event waits behind that one), `None` when it has none (the new
+/// event is its head).
+pub(super) fn back(conn: &Connection, sql: &Sql, key: &str) -> Result<Option<String>> {
+    Ok(conn
+        .prepare_cached(&sql.key_tail)?
         .query_row([key], |r| r.get(0))
-        .optional()?;
-    Ok(last.map(|l| l + 1))
+        .optional()?)
+}
+
+/// Event `id` joined the back of `key`'s queue (its row says which event is ahead of it).
+pub(super) fn joined(conn: &Connection, sql: &Sql, key: &str, id: &str) -> Result<()> {
+    conn.prepare_cached(&sql.key_tail_set)?.execute([key, id])?;
+    Ok(())
 }
 
 /// Event `id` leaves its key's queue (it finished, or was cancelled or purged); if it was the
@@ -32,20 +42,21 @@ pub(super) fn back(conn: &Connection, sql: &Sql, key: &str) -> Result<Option<i64
 /// place. Returns whether an event became due (the dispatcher should look).
 pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<bool> {
     let id = id.to_string();
-    let key: Option<String> = conn
+    let place: Option<(String, Option<String>)> = conn
         .prepare_cached(&sql.key_place)?
-        .query_row([&id], |r| r.get(0))
+        .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    let Some(key) = key else {
+    let Some((key, ahead)) = place else {
         return Ok(false);
     };
     conn.prepare_cached(&sql.key_drop)?.execute([&id])?;
     conn.prepare_cached(&sql.key_unhold)?.execute([&id])?;
-    wake_head(conn, sql, &key, now, None)
+    unlink(conn, sql, &id, &key, ahead.as_deref(), now, None)
 }
 
-/// An event of `key` finished and gave up its place in the update that recorded it (a
-/// completion): the next event of the key, if it waits, is claimed at `now` and pushed onto
+/// Event `id` of `key`, the head of its queue, finished and gave up its place in the update
+/// that recorded it (a completion; `ahead` is what its row said was ahead of it, normally
+/// nothing): the next event of the key, if it waits, is claimed at `now` and pushed onto
 /// `next` when it is due now with priority 0 (the common case: the worker gets it from the
 /// store's set-aside events, see [`set_aside`](super::set_aside)), else it becomes due in its
 /// lane. Returns whether an event became due in the table (a claimed one wakes the dispatcher
@@ -53,14 +64,52 @@ pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -
 pub(super) fn moved_on(
     conn: &Connection,
     sql: &Sql,
+    id: &str,
     key: &str,
+    ahead: Option<&str>,
     now: Timestamp,
     next: &mut Vec<Undecoded>,
 ) -> Result<bool> {
-    wake_head(conn, sql, key, now, Some(next))
+    unlink(conn, sql, id, key, ahead, now, Some(next))
 }
 
-/// What waking a key's head needs to know of it (integers only: no text is read on this
+/// Takes event `id` out of `key`'s list (its own row already gave up its place): the event
+/// behind it now stands behind `ahead`, and wakes as the head if `ahead` is `None`; with
+/// nothing behind it, `ahead` becomes the key's last event (or the key has none).
+fn unlink(
+    conn: &Connection,
+    sql: &Sql,
+    id: &str,
+    key: &str,
+    ahead: Option<&str>,
+    now: Timestamp,
+    hand: Option<&mut Vec<Undecoded>>,
+) -> Result<bool> {
+    let behind: Option<Head> = conn
+        .prepare_cached(&sql.key_next)?
+        .query_row([id], head_of)
+        .optional()?;
+    match (behind, ahead) {
+        (Some(head), None) => wake_head(conn, sql, &head, now, hand),
+        (Some(head), Some(ahead)) => {
+            conn.prepare_cached(&sql.key_link)?
+                .execute(params![head.rowid, ahead])?;
+            Ok(false)
+        }
+        (None, Some(ahead)) => {
+            conn.prepare_cached(&sql.key_tail_back)?
+                .execute([key, id, ahead])?;
+            Ok(false)
+        }
+        (None, None) => {
+            conn.prepare_cached(&sql.key_tail_drop)?
+                .execute([key, id])?;
+            Ok(false)
+        }
+    }
+}
+
+/// What waking a key's next head needs to know of it (integers only: no text is read on this
 /// path, which every keyed completion takes).
 struct Head {
     /// The event's row.
@@ -72,7 +121,7 @@ struct Head {
     priority: i16,
 }
 
-/// A [`Head`] from a row of the `key_head` statement.
+/// A [`Head`] from a row of the `key_next` statement.
 fn head_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Head> {
     Ok(Head {
         rowid: r.get(0)?,
@@ -96,25 +145,20 @@ fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
     }
 }
 
-/// Makes the head of `key` due if it is waiting (a head that runs, retries or is dead stays as
-/// it is), in its waiting lane; or, given `hand` and the head due now with priority 0, claims
-/// it and pushes its row onto `hand` (one update of the row instead of the wake's and then a
-/// claim's).
+/// `head` is the head of its key now: it is made due if it is waiting (a head that runs,
+/// retries or is dead stays as it is), in its waiting lane; or, given `hand` and the head due
+/// now with priority 0, claimed and its row pushed onto `hand` (one update of the row instead
+/// of the wake's and then a claim's). Either way it points at no event ahead any more.
 fn wake_head(
     conn: &Connection,
     sql: &Sql,
-    key: &str,
+    head: &Head,
     now: Timestamp,
     hand: Option<&mut Vec<Undecoded>>,
 ) -> Result<bool> {
-    let head: Option<Head> = conn
-        .prepare_cached(&sql.key_head)?
-        .query_row([key], head_of)
-        .optional()?;
-    let Some(head) = head else {
-        return Ok(false);
-    };
-    let Some((status, due)) = woken(&head, now) else {
+    let Some((status, due)) = woken(head, now) else {
+        conn.prepare_cached(&sql.key_link)?
+            .execute(params![head.rowid, None::<String>])?;
         return Ok(false);
     };
     if let Some(next) = hand
@@ -131,6 +175,9 @@ fn wake_head(
                 conn.prepare_cached(&sql.key_handed)?
                     .query_row([head.rowid], undecoded_from_row)?,
             );
+        } else {
+            conn.prepare_cached(&sql.key_link)?
+                .execute(params![head.rowid, None::<String>])?;
         }
         return Ok(false);
     }
@@ -181,14 +228,26 @@ fn leave_if(conn: &Connection, sql: &Sql, check: &str, id: EventId, now: Timesta
     Ok(())
 }
 
-/// After a crash recovery: every keyed event it ended cancelled leaves its key.
-pub(super) fn settle_all(conn: &Connection, sql: &Sql, now: Timestamp) -> Result<()> {
-    let gone: Vec<String> = conn
+/// Before a crash recovery: the running events in a key's queue that it will end cancelled,
+/// for [`settle_all`] after it.
+pub(super) fn cancelled_by_recovery(conn: &Connection, sql: &Sql) -> Result<Vec<EventId>> {
+    let ids: Vec<String> = conn
         .prepare_cached(&sql.key_cancelled_all)?
         .query_map([], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
-    for id in gone {
-        leave(conn, sql, id.parse()?, now)?;
+    ids.iter().map(|id| id.parse()).collect()
+}
+
+/// After a crash recovery: the keyed events it ended cancelled (`ids`, read before it by
+/// [`cancelled_by_recovery`]) leave their keys.
+pub(super) fn settle_all(
+    conn: &Connection,
+    sql: &Sql,
+    ids: &[EventId],
+    now: Timestamp,
+) -> Result<()> {
+    for id in ids {
+        settle(conn, sql, *id, now)?;
     }
     Ok(())
 }
@@ -205,7 +264,7 @@ pub(super) fn died(
 ) -> Result<u64> {
     let waiting: u64 = conn
         .prepare_cached(&sql.key_waiting)?
-        .query_row(params![key, id.to_string()], |r| r.get(0))?;
+        .query_row([id.to_string()], |r| r.get(0))?;
     if hold {
         conn.prepare_cached(&sql.key_hold)?
             .execute(params![id.to_string(), now.as_millis()])?;
@@ -238,10 +297,12 @@ pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
     if held {
         return Ok(());
     }
-    let place = back(conn, sql, &key)?;
+    let ahead = back(conn, sql, &key)?;
+    let id_text = id.to_string();
     conn.prepare_cached(&sql.key_join)?
-        .execute(params![id.to_string(), place.unwrap_or(1)])?;
-    if place.is_some() {
+        .execute(params![id_text, ahead])?;
+    joined(conn, sql, &key, &id_text)?;
+    if ahead.is_some() {
         conn.prepare_cached(&sql.key_undue)?
             .execute([id.to_string()])?;
         conn.prepare_cached(&sql.waiting_delete)?
@@ -288,16 +349,16 @@ mod tests {
         conn.execute_batch(
             "CREATE TABLE durabus_events (id TEXT PRIMARY KEY, status TEXT, next_attempt_at INTEGER,
                  deliver_at INTEGER, created_at INTEGER, priority INTEGER, ordering_key TEXT,
-                 key_seq INTEGER)",
+                 key_seq INTEGER, key_prev TEXT)",
         )?;
         let sql = Sql::default_tables();
         let read = |status: &str, due: Option<i64>| -> Result<Head> {
             conn.execute("DELETE FROM durabus_events", [])?;
             conn.execute(
-                "INSERT INTO durabus_events VALUES ('e', ?1, ?2, NULL, 100, 0, 'k', 1)",
+                "INSERT INTO durabus_events VALUES ('e', ?1, ?2, NULL, 100, 0, 'k', 1, 'd')",
                 params![status, due],
             )?;
-            Ok(conn.prepare(&sql.key_head)?.query_row(["k"], head_of)?)
+            Ok(conn.prepare(&sql.key_next)?.query_row(["d"], head_of)?)
         };
         for status in [EventStatus::Pending, EventStatus::Scheduled] {
             assert!(read(status.as_str(), None)?.waiting, "{status:?}");

@@ -78,7 +78,7 @@ pub(super) fn insert_marking(
             None => None,
         };
         let behind = back.is_some();
-        let key_seq = key.map(|_| back.unwrap_or(1));
+        let key_seq = key.map(|_| 1);
         if behind {
             due = None;
         }
@@ -103,13 +103,17 @@ pub(super) fn insert_marking(
             priority,
             scheduled.map(Timestamp::as_millis),
             key,
-            key_seq
+            key_seq,
+            back
         ])?;
         if let (1, Some(lane), Some(due)) = (n, lane, due) {
             conn.prepare_cached(&sql.waiting_put)?
                 .execute(params![id, lane, priority, due])?;
         }
         if n == 1 {
+            if let Some(k) = key {
+                super::keys::joined(conn, sql, k, &id)?;
+            }
             super::dedup::take(conn, sql, e, now)?;
         }
         inserted.push(if n == 1 { Stored::New } else { Stored::Known });

@@ -1,6 +1,8 @@
 //! Ordering keys' queues on SQLite: a database of schema 16, whose queues were rows of a table
-//! of their own (`keyed`), keeps each key's order and its held dead letters when it is
-//! upgraded to queues kept on the events' rows.
+//! of their own (`keyed`), or of schema 17, whose queues were places on the events' rows
+//! (`key_seq`) read through an index by key, keeps each key's order and its held dead letters
+//! when it is upgraded to queues linked through the events' rows; and the next event of a key
+//! is handed over by its head's completion.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,8 +13,8 @@ use super::*;
 use crate::support::eventually;
 
 /// Takes a database written by this build back to schema 16: the queues and the held keys
-/// move into the table of then (in each key's order), the column, index and table of schema 17
-/// go.
+/// move into the table of then (in each key's order: the tests queue their events in row
+/// order), the columns, indexes and tables of schemas 17 and 18 go.
 fn back_to_schema_16(path: &std::path::Path) {
     let conn = Connection::open(path).unwrap();
     conn.execute_batch(
@@ -28,11 +30,35 @@ fn back_to_schema_16(path: &std::path::Path) {
          INSERT INTO durabus_keyed (key, event_id, held_since)
              SELECT e.ordering_key, e.id, h.held_since
              FROM durabus_events AS e LEFT JOIN durabus_key_holds AS h ON h.event_id = e.id
-             WHERE e.key_seq IS NOT NULL ORDER BY e.ordering_key, e.key_seq;
-         DROP INDEX durabus_events_key;
+             WHERE e.key_seq IS NOT NULL ORDER BY e.ordering_key, e.rowid;
+         DROP INDEX durabus_events_key_next;
+         DROP TABLE durabus_key_tails;
          DROP TABLE durabus_key_holds;
+         ALTER TABLE durabus_events DROP COLUMN key_prev;
          ALTER TABLE durabus_events DROP COLUMN key_seq;
          UPDATE durabus_meta SET value = '16' WHERE key = 'schema_version';",
+    )
+    .unwrap();
+}
+
+/// Takes a database written by this build back to schema 17: each queued event gets its place
+/// in its key's queue (10, 20, 30, … in row order, the tests' queue order; the gaps are those
+/// that events leaving a queue left), read through the index by key of then; the links and
+/// the tails of schema 18 go.
+fn back_to_schema_17(path: &std::path::Path) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch(
+        "UPDATE durabus_events SET key_seq = 10 * (
+             SELECT count(*) FROM durabus_events AS p
+             WHERE p.ordering_key = durabus_events.ordering_key AND p.key_seq IS NOT NULL
+                 AND p.rowid <= durabus_events.rowid)
+             WHERE key_seq IS NOT NULL;
+         DROP INDEX durabus_events_key_next;
+         DROP TABLE durabus_key_tails;
+         ALTER TABLE durabus_events DROP COLUMN key_prev;
+         CREATE INDEX durabus_events_key ON durabus_events(ordering_key, key_seq)
+             WHERE key_seq IS NOT NULL;
+         UPDATE durabus_meta SET value = '17' WHERE key = 'schema_version';",
     )
     .unwrap();
 }
@@ -143,9 +169,10 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
     Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "UPDATE durabus_events SET status = 'dlq', next_attempt_at = NULL WHERE key_seq = 1;
+            "UPDATE durabus_events SET status = 'dlq', next_attempt_at = NULL
+                 WHERE key_seq IS NOT NULL AND key_prev IS NULL;
              INSERT INTO durabus_key_holds (event_id, held_since)
-                 SELECT id, 5 FROM durabus_events WHERE key_seq = 1;",
+                 SELECT id, 5 FROM durabus_events WHERE status = 'dlq';",
         )
         .unwrap();
     back_to_schema_16(&path);
@@ -186,6 +213,101 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
     assert!(seen.lock().unwrap().is_empty());
     let g = bus.store().gauges(Timestamp(10)).await.unwrap();
     assert_eq!((g.held_keys, g.oldest_held_key_at), (1, Some(Timestamp(5))));
+    bus.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_of_schema_17_keep_their_order_and_take_new_events_behind_them() {
+    let (_dir, path) = temp();
+    // Two keys, four events each, not delivered.
+    let bus = EventBus::open(&path).await.unwrap();
+    let mut batch = Vec::new();
+    for n in 0..4i64 {
+        for key in ["a", "b"] {
+            batch.push(NewEvent::new("o.step", &n).unwrap().ordering_key(key));
+        }
+    }
+    bus.enqueue_batch(batch).await.unwrap();
+    bus.shutdown().await.unwrap();
+    back_to_schema_17(&path);
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM durabus_events WHERE key_seq IN (10, 20, 30, 40)"
+        ),
+        8
+    );
+
+    let bus = EventBus::open(&path).await.unwrap();
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM sqlite_master WHERE name = 'durabus_events_key'"
+        ),
+        0,
+        "the upgrade drops the index by key"
+    );
+    assert_eq!(
+        count(&path, "SELECT count(*) FROM durabus_key_tails"),
+        2,
+        "one tail per key"
+    );
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM durabus_events WHERE key_prev IS NOT NULL"
+        ),
+        6,
+        "every event but the heads points at the one ahead"
+    );
+    // Published after the upgrade: behind the key's old events.
+    for key in ["a", "b"] {
+        bus.enqueue_event(NewEvent::new("o.step", &4i64).unwrap().ordering_key(key))
+            .await
+            .unwrap();
+    }
+    let order: Arc<Mutex<HashMap<String, Vec<i64>>>> = Arc::default();
+    let o = order.clone();
+    bus.subscribe(
+        "o.*",
+        move |e: Event| {
+            let o = o.clone();
+            async move {
+                let n: i64 = e.payload().unwrap();
+                o.lock()
+                    .unwrap()
+                    .entry(e.ordering_key.clone().unwrap_or_default())
+                    .or_default()
+                    .push(n);
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    eventually("every event handled", || async {
+        (order.lock().unwrap().values().map(Vec::len).sum::<usize>() == 10).then_some(())
+    })
+    .await;
+    for key in ["a", "b"] {
+        assert_eq!(
+            order.lock().unwrap()[key],
+            (0..5).collect::<Vec<_>>(),
+            "key {key}"
+        );
+    }
+    eventually("every queue emptied", || async {
+        (count(
+            &path,
+            "SELECT (SELECT count(*) FROM durabus_key_tails)
+                  + (SELECT count(*) FROM durabus_events
+                     WHERE key_seq IS NOT NULL OR key_prev IS NOT NULL)",
+        ) == 0)
+            .then_some(())
+    })
+    .await;
     bus.shutdown().await.unwrap();
 }
 

@@ -157,7 +157,7 @@ async fn a_database_from_before_table_prefixes_is_renamed_and_keeps_its_events()
             "durabus_events",
             "durabus_events_dlq",
             "durabus_events_due",
-            "durabus_events_key",
+            "durabus_events_key_next",
             "durabus_events_processing"
         ]
     );

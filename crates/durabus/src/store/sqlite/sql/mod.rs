@@ -127,11 +127,15 @@ statements! {
     get_event = events::GET_EVENT;
     counts = events::COUNTS;
     retry_counts = events::RETRY_COUNTS;
-    key_last = keys::KEY_LAST;
+    key_tail = keys::KEY_TAIL;
+    key_tail_set = keys::KEY_TAIL_SET;
+    key_tail_back = keys::KEY_TAIL_BACK;
+    key_tail_drop = keys::KEY_TAIL_DROP;
     key_join = keys::KEY_JOIN;
     key_place = keys::KEY_PLACE;
     key_drop = keys::KEY_DROP;
-    key_head = keys::KEY_HEAD;
+    key_next = keys::KEY_NEXT;
+    key_link = keys::KEY_LINK;
     key_head_id = keys::KEY_HEAD_ID;
     key_wake = keys::KEY_WAKE;
     key_hand = keys::KEY_HAND;
