@@ -90,7 +90,7 @@ fn unlink(
         .query_row([id], head_of)
         .optional()?;
     match (behind, ahead) {
-        (Some(head), None) => wake_head(conn, sql, &head, now, hand),
+        (Some(head), None) => wake_head(conn, sql, head, now, hand),
         (Some(head), Some(ahead)) => {
             conn.prepare_cached(&sql.key_link)?
                 .execute(params![head.rowid, ahead])?;
@@ -109,26 +109,23 @@ fn unlink(
     }
 }
 
-/// What waking a key's next head needs to know of it (integers only: no text is read on this
-/// path, which every keyed completion takes).
+/// The event behind one that leaves its key's queue, read whole (a completion hands it over
+/// without reading it again).
 struct Head {
-    /// The event's row.
+    /// Its columns.
+    row: Undecoded,
+    /// Its row.
     rowid: i64,
     /// Whether it waits for its key: pending or scheduled, with no due time.
     waiting: bool,
-    deliver_at: i64,
-    created_at: i64,
-    priority: i16,
 }
 
 /// A [`Head`] from a row of the `key_next` statement.
 fn head_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Head> {
     Ok(Head {
-        rowid: r.get(0)?,
-        waiting: r.get(1)?,
-        deliver_at: r.get(2)?,
-        created_at: r.get(3)?,
-        priority: r.get(4)?,
+        row: undecoded_from_row(r)?,
+        rowid: r.get(18)?,
+        waiting: r.get(19)?,
     })
 }
 
@@ -136,12 +133,14 @@ fn head_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<Head> {
 /// else pending at its publish time (its place among the due events). `None` for a head that
 /// is not waiting (it runs, retries or is dead).
 fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
+    let event = head.row.event();
+    let deliver_at = event.deliver_at.map_or(0, Timestamp::as_millis);
     if !head.waiting {
         None
-    } else if head.deliver_at > now.as_millis() {
-        Some((EventStatus::Scheduled, head.deliver_at))
+    } else if deliver_at > now.as_millis() {
+        Some((EventStatus::Scheduled, deliver_at))
     } else {
-        Some((EventStatus::Pending, head.created_at))
+        Some((EventStatus::Pending, event.created_at.as_millis()))
     }
 }
 
@@ -152,18 +151,19 @@ fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
 fn wake_head(
     conn: &Connection,
     sql: &Sql,
-    head: &Head,
+    mut head: Head,
     now: Timestamp,
     hand: Option<&mut Vec<Undecoded>>,
 ) -> Result<bool> {
-    let Some((status, due)) = woken(head, now) else {
+    let priority = head.row.event().priority;
+    let Some((status, due)) = woken(&head, now) else {
         conn.prepare_cached(&sql.key_link)?
             .execute(params![head.rowid, None::<String>])?;
         return Ok(false);
     };
     if let Some(next) = hand
         && status == EventStatus::Pending
-        && head.priority == 0
+        && priority == 0
     {
         let claimed = conn.prepare_cached(&sql.key_hand)?.execute(params![
             head.rowid,
@@ -171,10 +171,12 @@ fn wake_head(
             now.as_millis()
         ])?;
         if claimed == 1 {
-            next.push(
-                conn.prepare_cached(&sql.key_handed)?
-                    .query_row([head.rowid], undecoded_from_row)?,
-            );
+            // What the update changed, on the row read before it.
+            let event = head.row.event_mut();
+            event.status = EventStatus::Processing;
+            event.next_attempt_at = Some(Timestamp(due));
+            event.updated_at = now;
+            next.push(head.row);
         } else {
             conn.prepare_cached(&sql.key_link)?
                 .execute(params![head.rowid, None::<String>])?;
@@ -186,14 +188,15 @@ fn wake_head(
     let lane = if status == EventStatus::Scheduled {
         Some(1)
     } else {
-        (head.priority != 0).then_some(2)
+        (priority != 0).then_some(2)
     };
     if let Some(lane) = lane {
-        let id: String = conn
-            .prepare_cached(&sql.key_head_id)?
-            .query_row([head.rowid], |r| r.get(0))?;
-        conn.prepare_cached(&sql.waiting_put)?
-            .execute(params![id, lane, head.priority, due])?;
+        conn.prepare_cached(&sql.waiting_put)?.execute(params![
+            head.row.id().to_string(),
+            lane,
+            priority,
+            due
+        ])?;
     }
     Ok(true)
 }
@@ -315,62 +318,61 @@ pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn head(waiting: bool, deliver_at: i64) -> Head {
-        Head {
-            rowid: 1,
-            waiting,
-            deliver_at,
-            created_at: 100,
-            priority: 0,
-        }
+    /// Reads, through `key_next`, the event behind `d`: a row with `status`, due time `due`,
+    /// delivery time `deliver_at` and publish time 100.
+    fn read(status: &str, due: Option<i64>, deliver_at: Option<i64>) -> Result<Head> {
+        let conn = Connection::open_in_memory()?;
+        conn.execute_batch(
+            "CREATE TABLE durabus_events (id TEXT PRIMARY KEY, type TEXT, payload TEXT,
+                 status TEXT, retry_count INTEGER DEFAULT 0, last_error TEXT, metadata TEXT,
+                 delivered TEXT, created_at INTEGER, updated_at INTEGER, next_attempt_at INTEGER,
+                 dlq_at INTEGER, dlq_count INTEGER DEFAULT 0, priority INTEGER DEFAULT 0,
+                 deliver_at INTEGER, cancelled TEXT, cancel_requested INTEGER DEFAULT 0,
+                 ordering_key TEXT, key_seq INTEGER, key_prev TEXT)",
+        )?;
+        conn.execute(
+            "INSERT INTO durabus_events (id, type, payload, status, created_at, updated_at,
+                 next_attempt_at, deliver_at, ordering_key, key_seq, key_prev)
+             VALUES (?1, 't', '{}', ?2, 100, 100, ?3, ?4, 'k', 1, 'd')",
+            params![EventId::new().to_string(), status, due, deliver_at],
+        )?;
+        let sql = Sql::default_tables();
+        Ok(conn.prepare(&sql.key_next)?.query_row(["d"], head_of)?)
     }
 
     #[test]
-    fn a_waiting_head_wakes_pending_at_its_publish_time_or_scheduled_at_its_delivery_time() {
+    fn a_waiting_head_wakes_pending_at_its_publish_time_or_scheduled_at_its_delivery_time()
+    -> Result<()> {
         let now = Timestamp(1_000);
         assert_eq!(
-            woken(&head(true, 0), now),
+            woken(&read("pending", None, None)?, now),
             Some((EventStatus::Pending, 100))
         );
         // Delivery time passed while it waited: due now, in publish order.
         assert_eq!(
-            woken(&head(true, 900), now),
+            woken(&read("scheduled", None, Some(900))?, now),
             Some((EventStatus::Pending, 100))
         );
         assert_eq!(
-            woken(&head(true, 5_000), now),
+            woken(&read("scheduled", None, Some(5_000))?, now),
             Some((EventStatus::Scheduled, 5_000))
         );
+        Ok(())
     }
 
     #[test]
     fn only_a_pending_or_scheduled_head_without_a_due_time_waits() -> Result<()> {
-        let conn = Connection::open_in_memory()?;
-        conn.execute_batch(
-            "CREATE TABLE durabus_events (id TEXT PRIMARY KEY, status TEXT, next_attempt_at INTEGER,
-                 deliver_at INTEGER, created_at INTEGER, priority INTEGER, ordering_key TEXT,
-                 key_seq INTEGER, key_prev TEXT)",
-        )?;
-        let sql = Sql::default_tables();
-        let read = |status: &str, due: Option<i64>| -> Result<Head> {
-            conn.execute("DELETE FROM durabus_events", [])?;
-            conn.execute(
-                "INSERT INTO durabus_events VALUES ('e', ?1, ?2, NULL, 100, 0, 'k', 1, 'd')",
-                params![status, due],
-            )?;
-            Ok(conn.prepare(&sql.key_next)?.query_row(["d"], head_of)?)
-        };
         for status in [EventStatus::Pending, EventStatus::Scheduled] {
-            assert!(read(status.as_str(), None)?.waiting, "{status:?}");
+            assert!(read(status.as_str(), None, None)?.waiting, "{status:?}");
         }
         // Already due (a retry), running, dead or cancelled: it stays as it is.
-        assert!(!read(EventStatus::Pending.as_str(), Some(5))?.waiting);
+        assert!(!read(EventStatus::Pending.as_str(), Some(5), None)?.waiting);
         for status in [
             EventStatus::Processing,
             EventStatus::Dlq,
             EventStatus::Cancelled,
         ] {
-            let h = read(status.as_str(), None)?;
+            let h = read(status.as_str(), None, None)?;
             assert!(!h.waiting, "{status:?}");
             assert_eq!(woken(&h, Timestamp(1_000)), None, "{status:?}");
         }

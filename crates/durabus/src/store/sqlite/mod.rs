@@ -16,6 +16,7 @@ mod keys;
 mod op;
 mod open;
 mod operations;
+mod outcomes;
 mod pauses;
 mod payloads;
 mod periodic;

@@ -54,6 +54,11 @@ pub struct Undecoded {
 
 impl Undecoded {
     /// The event's columns that are not JSON (its JSON ones empty until decoded).
+    pub fn event(&self) -> &Event {
+        &self.event
+    }
+
+    /// The event's columns that are not JSON, to change (its JSON ones empty until decoded).
     pub fn event_mut(&mut self) -> &mut Event {
         &mut self.event
     }

@@ -10,7 +10,7 @@
 //! does closing the store; a crash leaves them to the next start's recovery, as it does the
 //! worker's queue.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,7 +24,12 @@ use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::Result;
 use crate::event::EventId;
+use crate::store::types::Outcome;
 use crate::sync::lock;
+
+/// How many handed-over events [`SetAside`] remembers at most (see `handed`); past it, it
+/// forgets them all and starts again (a completion it forgot takes the general statements).
+const HANDED_MAX: usize = 1 << 16;
 
 /// How long a claim trusts a look at the table that found it dry, in the claims' time (the
 /// bus's clock): while set-aside events fill whole claims, the table is looked at again after
@@ -45,6 +50,10 @@ pub(super) struct SetAside {
     dry: Mutex<Option<(u64, Timestamp)>>,
     /// Which side gets the odd event of a shared claim (so a claim of one alternates).
     odd_to_table: AtomicBool,
+    /// The events set aside whose outcome is not written yet, with their keys: a completion
+    /// of one goes first to the statement for the head of a key (it is one, unless something
+    /// changed it meanwhile, which that statement checks). A hint, never trusted alone.
+    handed: Mutex<HashMap<EventId, String>>,
 }
 
 impl std::fmt::Debug for SetAside {
@@ -62,6 +71,7 @@ impl SetAside {
             table_changes: AtomicU64::new(0),
             dry: Mutex::new(None),
             odd_to_table: AtomicBool::new(false),
+            handed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -73,9 +83,51 @@ impl SetAside {
     /// Sets `rows` aside, behind those already waiting, and wakes the dispatcher.
     pub fn put(&self, rows: Vec<Undecoded>) {
         if !rows.is_empty() {
+            {
+                let mut handed = lock(&self.handed);
+                if handed.len() + rows.len() > HANDED_MAX {
+                    handed.clear();
+                }
+                for row in &rows {
+                    if let Some(key) = &row.event().ordering_key {
+                        handed.insert(row.id(), key.clone());
+                    }
+                }
+            }
             lock(&self.queue).extend(rows);
             self.wake.notify_one();
         }
+    }
+
+    /// Forgets the events of `outcomes` (their outcome is being written); for each, the key of
+    /// a completion of an event set aside here (most likely the head of its key).
+    pub fn heads_of(&self, outcomes: &[Outcome]) -> Vec<Option<String>> {
+        let mut handed = lock(&self.handed);
+        if handed.is_empty() {
+            return vec![None; outcomes.len()];
+        }
+        outcomes
+            .iter()
+            .map(|o| {
+                let key = handed.remove(&o.id());
+                key.filter(|_| matches!(o, Outcome::Done { .. }))
+            })
+            .collect()
+    }
+
+    /// Forgets events `ids` (given back or recovered: pending again).
+    pub fn forget(&self, ids: impl IntoIterator<Item = EventId>) {
+        let mut handed = lock(&self.handed);
+        if !handed.is_empty() {
+            for id in ids {
+                handed.remove(&id);
+            }
+        }
+    }
+
+    /// Forgets every event set aside so far (a recovery made them all pending).
+    pub fn forget_all(&self) {
+        lock(&self.handed).clear();
     }
 
     /// Puts `rows`, taken by a claim that did not keep them, back in front, in their order.
@@ -93,9 +145,11 @@ impl SetAside {
         queue.drain(..n).collect()
     }
 
-    /// Takes every event set aside.
+    /// Takes every event set aside (to give them back: they are forgotten).
     pub fn take_all(&self) -> Vec<Undecoded> {
-        lock(&self.queue).drain(..).collect()
+        let rows: Vec<Undecoded> = lock(&self.queue).drain(..).collect();
+        self.forget(rows.iter().map(Undecoded::id));
+        rows
     }
 
     /// A committed write may have made events due in the table (the writer's wake-up).

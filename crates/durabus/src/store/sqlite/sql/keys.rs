@@ -32,19 +32,15 @@ pub(super) const KEY_PLACE: &str =
 pub(super) const KEY_DROP: &str =
     "UPDATE {p}events SET key_seq = NULL, key_prev = NULL WHERE id = ?1";
 
-/// The event behind event `?1` in its key's queue and what waking it needs, all integers
-/// but its id: its row, whether it waits for its key (pending or scheduled with no due time),
-/// its `deliver_at` (0 for none), publish time and priority.
+/// The event behind event `?1` in its key's queue: every column (a completion hands it over
+/// with no second read), then its row and whether it waits
+/// for its key (pending or scheduled with no due time).
 pub(super) const KEY_NEXT: &str =
-    "SELECT rowid, status IN ('pending', 'scheduled') AND next_attempt_at IS NULL,
-             coalesce(deliver_at, 0), created_at, priority
+    "SELECT {cols}, rowid, status IN ('pending', 'scheduled') AND next_attempt_at IS NULL
          FROM {p}events WHERE key_prev = ?1";
 
 /// The event in row `?1` now stands behind event `?2` (NULL: it is the head).
 pub(super) const KEY_LINK: &str = "UPDATE {p}events SET key_prev = ?2 WHERE rowid = ?1";
-
-/// The id of the event in row `?1`.
-pub(super) const KEY_HEAD_ID: &str = "SELECT id FROM {p}events WHERE rowid = ?1";
 
 /// A waiting event, by row, becomes the head of its key and due: status `?2` (pending or
 /// scheduled) at `?3`.
@@ -59,9 +55,6 @@ pub(super) const KEY_HAND: &str =
     "UPDATE {p}events SET status = 'processing', next_attempt_at = ?2, updated_at = ?3,
              key_prev = NULL
          WHERE rowid = ?1 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL";
-
-/// Every column of the event in row `?1` (a head just claimed by [`KEY_HAND`]).
-pub(super) const KEY_HANDED: &str = "SELECT {cols} FROM {p}events WHERE rowid = ?1";
 
 /// Set-aside event `?1`, claimed by a completion and never delivered, goes back to pending at
 /// its due time `?2` (`?3` now; `cancelled` instead, if a cancel came meanwhile).

@@ -108,6 +108,7 @@ statements! {
     dedup_put = events::DEDUP_PUT;
     dedup_purge = events::DEDUP_PURGE;
     record_done = events::RECORD_DONE;
+    record_done_head = events::RECORD_DONE_HEAD;
     record_done_other_read = events::RECORD_DONE_OTHER_READ;
     record_done_other = events::RECORD_DONE_OTHER;
     record_retry = events::RECORD_RETRY;
@@ -136,10 +137,8 @@ statements! {
     key_drop = keys::KEY_DROP;
     key_next = keys::KEY_NEXT;
     key_link = keys::KEY_LINK;
-    key_head_id = keys::KEY_HEAD_ID;
     key_wake = keys::KEY_WAKE;
     key_hand = keys::KEY_HAND;
-    key_handed = keys::KEY_HANDED;
     key_give_back = keys::KEY_GIVE_BACK;
     key_cancelled = keys::KEY_CANCELLED;
     key_dead = keys::KEY_DEAD;
