@@ -36,7 +36,7 @@ fn record_one(
                 Some(key) => {
                     let n = conn
                         .prepare_cached(&sql.record_done_head)?
-                        .execute(params![id_text, list, now_ms])?;
+                        .execute(params![id_text, list, now_ms, key])?;
                     if n == 1 && super::keys::moved_on(conn, sql, &id_text, key, None, now, next)? {
                         woke.store(true, std::sync::atomic::Ordering::Relaxed);
                     }

@@ -305,6 +305,27 @@ pub async fn a_delayed_head_holds_its_key_and_a_cancel_moves_it_on(h: &Harness) 
     bus.cancel(cancel(head)).await.unwrap();
     reach(&bus, last, EventStatus::Done).await;
     assert_eq!(log.lock().unwrap().order["e"], vec![3]);
+
+    // A cancelled last event: the one ahead of it is the key's last again, and an event
+    // published then waits behind it.
+    let head = bus
+        .enqueue_event(keyed("f", 1).delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let tail = bus.enqueue_event(keyed("f", 2)).await.unwrap();
+    bus.cancel(cancel(tail)).await.unwrap();
+    let after = bus.enqueue_event(keyed("f", 3)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        status(&bus, after).await,
+        EventStatus::Pending,
+        "behind the delayed head"
+    );
+    assert!(!log.lock().unwrap().order.contains_key("f"));
+    h.advance(Duration::from_secs(600));
+    reach(&bus, after, EventStatus::Done).await;
+    assert_eq!(status(&bus, head).await, EventStatus::Done);
+    assert_eq!(log.lock().unwrap().order["f"], vec![1, 3]);
     bus.shutdown().await.unwrap();
 }
 

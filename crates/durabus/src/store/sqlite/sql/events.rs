@@ -109,13 +109,13 @@ pub(super) const RECORD_DONE: &str =
          WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND ordering_key IS NULL";
 
 /// Outcome: done, for an event known (by the store's memory of the events it handed over) to
-/// be the head of its key's queue and never a dead letter: the event gives up its place in the
-/// same update. No change for an event that is not that (the general statements follow).
+/// be the head of key `?4`'s queue and never a dead letter: the event gives up its place in
+/// the same update. No change for an event that is not that (the general statements follow).
 pub(super) const RECORD_DONE_HEAD: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL,
              key_seq = NULL
-         WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND key_seq IS NOT NULL
-             AND key_prev IS NULL";
+         WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND ordering_key = ?4
+             AND key_seq IS NOT NULL AND key_prev IS NULL";
 
 /// Outcome: done, for an event the plain statement passed over (a revived dead letter, whose
 /// record the delivery resolves, or an event with an ordering key, which gives up its place in

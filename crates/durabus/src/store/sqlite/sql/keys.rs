@@ -84,10 +84,11 @@ pub(super) const KEY_CANCELLED_ALL: &str =
     "SELECT id FROM {p}events INDEXED BY {p}events_processing
          WHERE status = 'processing' AND cancel_requested = 1 AND key_seq IS NOT NULL";
 
-/// How many events wait behind event `?1` in its key's queue.
+/// How many events wait behind event `?1` in its key's queue (`UNION`: a list that loops,
+/// which nothing writes, would still end).
 pub(super) const KEY_WAITING: &str = "WITH RECURSIVE behind(id) AS (
              SELECT id FROM {p}events WHERE key_prev = ?1
-             UNION ALL
+             UNION
              SELECT e.id FROM {p}events AS e JOIN behind AS b ON e.key_prev = b.id)
          SELECT count(*) FROM behind";
 
