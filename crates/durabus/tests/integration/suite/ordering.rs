@@ -160,9 +160,13 @@ pub async fn a_dead_letter_lets_its_key_move_on_or_holds_it_until_retried(h: &Ha
     )
     .await;
     bus.start().await.unwrap();
-    // The default: the key moves on past the dead letter.
-    let dead = bus.enqueue_event(keyed("moves", 1)).await.unwrap();
-    let next = bus.enqueue_event(keyed("moves", 2)).await.unwrap();
+    // The default: the key moves on past the dead letter. One batch: the later event is
+    // stored before the first can run and die.
+    let ids = bus
+        .enqueue_batch(vec![keyed("moves", 1), keyed("moves", 2)])
+        .await
+        .unwrap();
+    let (dead, next) = (ids[0], ids[1]);
     reach(&bus, dead, EventStatus::Dlq).await;
     reach(&bus, next, EventStatus::Done).await;
     let dl = bus.dead_letters().get(dead).await.unwrap();
@@ -177,6 +181,29 @@ pub async fn a_dead_letter_lets_its_key_move_on_or_holds_it_until_retried(h: &Ha
             .ordering_key
             .as_deref(),
         Some("moves")
+    );
+    // Retried while its key is busy again (a head waiting for its time): the dead letter
+    // joins the back of the key, runs once the head finishes (on SQLite, handed over by that
+    // completion), and its delivery resolves its record.
+    let head = bus
+        .enqueue_event(keyed("moves", 3).delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let me = Actor::new("ops", ActorKind::Library);
+    bus.dead_letters().retry(dead, &me).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        status(&bus, dead).await,
+        EventStatus::Pending,
+        "behind the busy key"
+    );
+    h.advance(Duration::from_secs(600));
+    reach(&bus, dead, EventStatus::Done).await;
+    assert_eq!(status(&bus, head).await, EventStatus::Done);
+    assert_eq!(log.lock().unwrap().order["moves"], vec![1, 2, 3, 1]);
+    assert_eq!(
+        bus.dead_letters().get(dead).await.unwrap().status,
+        durabus::DeadLetterStatus::Resolved
     );
     bus.shutdown().await.unwrap();
 
