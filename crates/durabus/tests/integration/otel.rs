@@ -35,7 +35,7 @@ impl Otel {
         Otel {
             exporter,
             _provider: provider,
-            _guard: tracing::subscriber::set_default(subscriber),
+            _guard: crate::support::listen(subscriber),
         }
     }
 

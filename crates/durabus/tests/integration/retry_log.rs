@@ -29,7 +29,7 @@ impl<S: tracing::Subscriber> Layer<S> for Capture {
 async fn each_failed_attempt_logs_a_structured_warning() {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::support::listen(subscriber);
 
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::default();
@@ -112,7 +112,7 @@ fn warnings(capture: &Capture) -> Vec<Fields> {
 async fn a_failure_reported_by_finalize_logs_the_same_fields() {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::support::listen(subscriber);
     let dir = tempfile::tempdir().unwrap();
     let bus = EventBus::builder()
         .sqlite(dir.path().join("own.db"))
@@ -147,7 +147,7 @@ async fn a_failure_reported_by_finalize_logs_the_same_fields() {
 async fn attempts_exhausted_by_crashes_log_every_field() {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::support::listen(subscriber);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.db");
     let clock = ManualClock::default();

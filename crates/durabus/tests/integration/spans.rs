@@ -66,7 +66,7 @@ fn field<'a>(span: &'a Captured, name: &str) -> Option<&'a str> {
 async fn spans_follow_the_messaging_conventions(h: &Harness) {
     let capture = Capture::default();
     let subscriber = tracing_subscriber::registry().with(capture.clone());
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let _guard = crate::support::listen(subscriber);
 
     let bus: EventBus = h.bus().await;
     bus.subscribe(

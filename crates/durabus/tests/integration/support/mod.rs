@@ -283,6 +283,19 @@ async fn subscribe_counting(
     count
 }
 
+/// Installs `subscriber` for this thread (tests run in parallel, each with its own), then has
+/// every callsite asked again whether anyone listens. `tracing` caches that answer per callsite
+/// for the whole process, and a callsite first reached by another test's thread, while it
+/// registered alongside this subscriber, could keep "no one" and drop this test's spans.
+pub fn listen<S>(subscriber: S) -> tracing::subscriber::DefaultGuard
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+{
+    let guard = tracing::subscriber::set_default(subscriber);
+    tracing::callsite::rebuild_interest_cache();
+    guard
+}
+
 /// Polls `check` every 2 ms until it returns `Some`, for at most 10 s of real time.
 pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
 where
