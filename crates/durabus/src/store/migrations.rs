@@ -67,6 +67,7 @@ pub(crate) const SQLITE: &[Migration] = &[
         "key_queue_in_events"
     ),
     migration!(18, "sqlite", "0018_key_links.sql", "key_links"),
+    migration!(19, "sqlite", "0019_key_queued.sql", "key_queued"),
 ];
 
 /// The PostgreSQL store's migrations, in order.

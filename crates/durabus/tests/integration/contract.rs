@@ -165,6 +165,7 @@ macro_rules! all_contract_tests {
             ordering::a_dead_letter_lets_its_key_move_on_or_holds_it_until_retried,
             ordering::a_delayed_head_holds_its_key_and_a_cancel_moves_it_on,
             ordering::deleting_a_dead_event_that_holds_its_key_moves_the_key_on,
+            ordering::a_key_moved_on_by_an_operator_wakes_the_worker,
             ordering::a_keys_order_survives_a_crash_mid_delivery,
             ordering::a_finished_head_wakes_its_successor_scheduled_or_due_in_its_lane,
             ordering::bad_ordering_keys_are_refused_and_nothing_is_stored,

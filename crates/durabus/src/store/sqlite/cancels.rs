@@ -38,9 +38,10 @@ fn cancellation_from_row(row: &Row<'_>) -> rusqlite::Result<Cancellation> {
 struct Cancel(CancelRequest);
 
 impl WriteOp for Cancel {
-    type Reply = Cancellation;
+    /// The cancellation, and whether the next event of the cancelled one's key became due.
+    type Reply = (Cancellation, bool);
 
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Cancellation> {
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Self::Reply> {
         let r = &self.0;
         let id = r.event_id.to_string();
         let state = conn
@@ -85,10 +86,10 @@ impl WriteOp for Cancel {
                 "the cancel of event {id} changed {changed} rows"
             )));
         }
-        if matches!(planned, Plan::CancelEvent) {
-            // Cancelled before it ran: it leaves its ordering key's queue.
-            super::keys::leave(conn, sql, r.event_id, now)?;
-        }
+        // Cancelled before it ran: it leaves its ordering key's queue, and the event behind it
+        // may become due.
+        let woke =
+            matches!(planned, Plan::CancelEvent) && super::keys::leave(conn, sql, r.event_id, now)?;
         let outcome = planned.outcome();
         conn.prepare_cached(&sql.cn_insert)?.execute(params![
             id,
@@ -99,14 +100,19 @@ impl WriteOp for Cancel {
             r.reason,
             ms
         ])?;
-        Ok(Cancellation {
+        let cancellation = Cancellation {
             event_id: r.event_id,
             subscription: r.subscription.clone(),
             outcome,
             actor: r.actor.name.clone(),
             reason: r.reason.clone(),
             cancelled_at: now,
-        })
+        };
+        Ok((cancellation, woke))
+    }
+
+    fn wakes(&self, reply: &Self::Reply) -> bool {
+        reply.1
     }
 }
 
@@ -114,7 +120,7 @@ impl WriteOp for Cancel {
 impl CancelStore for SqliteStore {
     async fn cancel_event(&self, request: CancelRequest, now: Timestamp) -> Result<Cancellation> {
         request.validate()?;
-        self.write(Cancel(request), now).await
+        Ok(self.write(Cancel(request), now).await?.0)
     }
 
     async fn cancellations(&self, event_id: EventId) -> Result<Vec<Cancellation>> {

@@ -240,8 +240,9 @@ fn load_state(conn: &Connection, sql: &Sql, id: EventId) -> Result<Option<Locked
 
 /// Applies `action` by `actor` to the record of `id` inside the writer's transaction, under
 /// the rules of [`apply`]; a record that no longer matches `still_matching` is refused with
-/// [`Error::Conflict`], one that is gone with [`Error::NotFound`]. Returns whether the event
-/// went back for delivery.
+/// [`Error::Conflict`], one that is gone with [`Error::NotFound`]. Returns whether an event
+/// may have become due: this one went back for delivery, or the next event of a key it held
+/// or waited in moved up.
 pub(super) fn apply_action(
     conn: &Connection,
     sql: &Sql,
@@ -272,6 +273,7 @@ pub(super) fn apply_action(
             requeue: send,
             withdraw,
         } => {
+            let mut woke = false;
             if withdraw {
                 let n = conn
                     .prepare_cached(&ops.dl_withdraw)?
@@ -281,7 +283,7 @@ pub(super) fn apply_action(
                 }
                 waiting(conn, &ops.waiting_delete, id)?;
                 // Out of delivery again: out of its key's queue too.
-                super::keys::leave(conn, sql, id, now)?;
+                woke |= super::keys::leave(conn, sql, id, now)?;
             }
             if send {
                 let reset = requeue();
@@ -311,17 +313,17 @@ pub(super) fn apply_action(
                 DeadLetterStatus::Resolved | DeadLetterStatus::Abandoned
             ) {
                 // Closed: a key it held moves on.
-                super::keys::leave(conn, sql, id, now)?;
+                woke |= super::keys::leave(conn, sql, id, now)?;
             }
             adjust(
                 conn,
                 ops,
                 &group_delta(fingerprint, Some(before.status), Some(state.status)),
             )?;
-            Ok(send)
+            Ok(send || woke)
         }
         Change::Delete => {
-            super::keys::leave(conn, sql, id, now)?;
+            let woke = super::keys::leave(conn, sql, id, now)?;
             conn.prepare_cached(&ops.dl_delete)?
                 .execute([id.to_string()])?;
             delete_dead_event(conn, sql, id)?;
@@ -330,7 +332,7 @@ pub(super) fn apply_action(
                 ops,
                 &group_delta(fingerprint, Some(before.status), None),
             )?;
-            Ok(false)
+            Ok(woke)
         }
     }
 }

@@ -31,7 +31,8 @@ fn limit_of(limit: usize) -> i64 {
 /// A batch of actions, and the chunk of a bulk operation it is, in one writer transaction.
 struct Act(ActBatch);
 
-/// The report, and whether events went back for delivery.
+/// The report, and whether events may have become due (sent back, or behind a key that moved
+/// on).
 struct Acted(ActReport, bool);
 
 impl WriteOp for Act {
@@ -96,15 +97,20 @@ impl WriteOp for Act {
 struct DeleteDead(Vec<EventId>);
 
 impl WriteOp for DeleteDead {
-    type Reply = u64;
+    /// How many were deleted, and whether the next event of a key one held became due.
+    type Reply = (u64, bool);
 
-    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<u64> {
-        let mut n = 0;
+    fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Self::Reply> {
+        let (mut n, mut woke) = (0, false);
         for id in &self.0 {
-            super::keys::leave_if_dead(conn, sql, *id, now)?;
+            woke |= super::keys::leave_if_dead(conn, sql, *id, now)?;
             n += u64::from(delete_dead_event(conn, sql, *id)?);
         }
-        Ok(n)
+        Ok((n, woke))
+    }
+
+    fn wakes(&self, reply: &Self::Reply) -> bool {
+        reply.1
     }
 }
 
@@ -277,7 +283,7 @@ impl DeadLetterStore for SqliteStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        self.write(DeleteDead(ids), now).await
+        Ok(self.write(DeleteDead(ids), now).await?.0)
     }
 }
 

@@ -1,5 +1,5 @@
 //! Ordering keys on SQLite: the queue of each key's unfinished events, in publish order, is
-//! a list through the events' rows: an event in its key's queue has a `key_seq` and points at
+//! a list through the events' rows: an event in its key's queue has a `key_queued` and points at
 //! the event ahead of it (`key_prev`, NULL for the head; read back through a partial index),
 //! and the key's last event is a row of `key_tails` (one row per busy key). Joining costs the
 //! insert a tail lookup, an index entry and the tail's row; leaving costs the outcome's update
@@ -204,31 +204,39 @@ fn wake_head(
 /// After a transition that may have ended event `id` cancelled (a retry, a snooze, a release,
 /// a cancel): a cancelled event leaves its key.
 pub(super) fn settle(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<()> {
-    leave_if(conn, sql, &sql.key_cancelled, id, now)
+    leave_if(conn, sql, &sql.key_cancelled, id, now).map(|_| ())
 }
 
 /// Dead event `id` is about to be deleted without its record (the purge of dead events that
 /// have none): a key it held moves on. Nothing for an event that is not dead (it stays).
+/// Returns whether an event became due.
 pub(super) fn leave_if_dead(
     conn: &Connection,
     sql: &Sql,
     id: EventId,
     now: Timestamp,
-) -> Result<()> {
+) -> Result<bool> {
     leave_if(conn, sql, &sql.key_dead, id, now)
 }
 
-/// Event `id` leaves its key if `check` (a statement on its id) finds a row.
-fn leave_if(conn: &Connection, sql: &Sql, check: &str, id: EventId, now: Timestamp) -> Result<()> {
+/// Event `id` leaves its key if `check` (a statement on its id) finds a row. Returns whether
+/// an event became due.
+fn leave_if(
+    conn: &Connection,
+    sql: &Sql,
+    check: &str,
+    id: EventId,
+    now: Timestamp,
+) -> Result<bool> {
     let found = conn
         .prepare_cached(check)?
         .query_row([id.to_string()], |_| Ok(()))
         .optional()?
         .is_some();
     if found {
-        leave(conn, sql, id, now)?;
+        return leave(conn, sql, id, now);
     }
-    Ok(())
+    Ok(false)
 }
 
 /// Before a crash recovery: the running events in a key's queue that it will end cancelled,
@@ -328,11 +336,11 @@ mod tests {
                  delivered TEXT, created_at INTEGER, updated_at INTEGER, next_attempt_at INTEGER,
                  dlq_at INTEGER, dlq_count INTEGER DEFAULT 0, priority INTEGER DEFAULT 0,
                  deliver_at INTEGER, cancelled TEXT, cancel_requested INTEGER DEFAULT 0,
-                 ordering_key TEXT, key_seq INTEGER, key_prev TEXT)",
+                 ordering_key TEXT, key_queued INTEGER, key_prev TEXT)",
         )?;
         conn.execute(
             "INSERT INTO durabus_events (id, type, payload, status, created_at, updated_at,
-                 next_attempt_at, deliver_at, ordering_key, key_seq, key_prev)
+                 next_attempt_at, deliver_at, ordering_key, key_queued, key_prev)
              VALUES (?1, 't', '{}', ?2, 100, 100, ?3, ?4, 'k', 1, 'd')",
             params![EventId::new().to_string(), status, due, deliver_at],
         )?;

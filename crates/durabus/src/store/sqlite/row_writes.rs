@@ -78,7 +78,7 @@ pub(super) fn insert_marking(
             None => None,
         };
         let behind = back.is_some();
-        let key_seq = key.map(|_| 1);
+        let key_queued = key.map(|_| 1);
         if behind {
             due = None;
         }
@@ -103,7 +103,7 @@ pub(super) fn insert_marking(
             priority,
             scheduled.map(Timestamp::as_millis),
             key,
-            key_seq,
+            key_queued,
             back
         ])?;
         if let (1, Some(lane), Some(due)) = (n, lane, due) {

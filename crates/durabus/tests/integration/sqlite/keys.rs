@@ -1,8 +1,8 @@
 //! Ordering keys' queues on SQLite: a database of schema 16, whose queues were rows of a table
 //! of their own (`keyed`), or of schema 17, whose queues were places on the events' rows
-//! (`key_seq`) read through an index by key, keeps each key's order and its held dead letters
-//! when it is upgraded to queues linked through the events' rows; and the next event of a key
-//! is handed over by its head's completion.
+//! (`key_seq`) read through an index by key, or of schema 18 (the flag's old name), keeps each
+//! key's order and its held dead letters when it is upgraded to queues linked through the
+//! events' rows; and the next event of a key is handed over by its head's completion.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,10 +12,22 @@ use durabus::{Event, SubscribeOptions};
 use super::*;
 use crate::support::eventually;
 
+/// Takes a database written by this build back to schema 18: the queue flag has its old name.
+fn back_to_schema_18(path: &std::path::Path) {
+    Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "ALTER TABLE durabus_events RENAME COLUMN key_queued TO key_seq;
+             UPDATE durabus_meta SET value = '18' WHERE key = 'schema_version';",
+        )
+        .unwrap();
+}
+
 /// Takes a database written by this build back to schema 16: the queues and the held keys
 /// move into the table of then (in each key's order: the tests queue their events in row
-/// order), the columns, indexes and tables of schemas 17 and 18 go.
+/// order), the columns, indexes and tables of schemas 17 to 19 go.
 fn back_to_schema_16(path: &std::path::Path) {
+    back_to_schema_18(path);
     let conn = Connection::open(path).unwrap();
     conn.execute_batch(
         "CREATE TABLE durabus_keyed (
@@ -46,6 +58,7 @@ fn back_to_schema_16(path: &std::path::Path) {
 /// that events leaving a queue left), read through the index by key of then; the links and
 /// the tails of schema 18 go.
 fn back_to_schema_17(path: &std::path::Path) {
+    back_to_schema_18(path);
     let conn = Connection::open(path).unwrap();
     conn.execute_batch(
         "UPDATE durabus_events SET key_seq = 10 * (
@@ -107,7 +120,7 @@ async fn queues_of_schema_16_keep_their_order_through_the_upgrade() {
     assert_eq!(
         count(
             &path,
-            "SELECT count(*) FROM durabus_events WHERE key_seq IS NOT NULL"
+            "SELECT count(*) FROM durabus_events WHERE key_queued IS NOT NULL"
         ),
         10
     );
@@ -147,7 +160,7 @@ async fn queues_of_schema_16_keep_their_order_through_the_upgrade() {
     eventually("every event gave up its place", || async {
         (count(
             &path,
-            "SELECT count(*) FROM durabus_events WHERE key_seq IS NOT NULL",
+            "SELECT count(*) FROM durabus_events WHERE key_queued IS NOT NULL",
         ) == 0)
             .then_some(())
     })
@@ -170,7 +183,7 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
         .unwrap()
         .execute_batch(
             "UPDATE durabus_events SET status = 'dlq', next_attempt_at = NULL
-                 WHERE key_seq IS NOT NULL AND key_prev IS NULL;
+                 WHERE key_queued IS NOT NULL AND key_prev IS NULL;
              INSERT INTO durabus_key_holds (event_id, held_since)
                  SELECT id, 5 FROM durabus_events WHERE status = 'dlq';",
         )
@@ -188,7 +201,7 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
         count(
             &path,
             "SELECT count(*) FROM durabus_key_holds AS h JOIN durabus_events AS e
-                 ON e.id = h.event_id WHERE h.held_since = 5 AND e.status = 'dlq' AND e.key_seq = 1"
+                 ON e.id = h.event_id WHERE h.held_since = 5 AND e.status = 'dlq' AND e.key_queued = 1"
         ),
         1
     );
@@ -303,11 +316,194 @@ async fn queues_of_schema_17_keep_their_order_and_take_new_events_behind_them() 
             &path,
             "SELECT (SELECT count(*) FROM durabus_key_tails)
                   + (SELECT count(*) FROM durabus_events
-                     WHERE key_seq IS NOT NULL OR key_prev IS NOT NULL)",
+                     WHERE key_queued IS NOT NULL OR key_prev IS NOT NULL)",
         ) == 0)
             .then_some(())
     })
     .await;
+    bus.shutdown().await.unwrap();
+}
+
+/// A database of schema 18 upgrades with its queues kept, and a process of schema 18 still
+/// running on the file after another upgraded it fails on its keyed statements ("no such
+/// column") instead of writing the flag as a place beside no link, which would leave events
+/// that nothing wakes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_of_schema_18_fail_on_an_upgraded_file() {
+    let (_dir, path) = temp();
+    let bus = EventBus::open(&path).await.unwrap();
+    for n in 0..2i64 {
+        bus.enqueue_event(NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
+            .await
+            .unwrap();
+    }
+    bus.shutdown().await.unwrap();
+    back_to_schema_18(&path);
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM durabus_events WHERE key_seq IS NOT NULL"
+        ),
+        2
+    );
+    let bus = EventBus::open(&path).await.unwrap();
+    assert_eq!(
+        count(
+            &path,
+            "SELECT count(*) FROM durabus_events WHERE key_queued IS NOT NULL"
+        ),
+        2,
+        "the upgrade keeps both events in the queue"
+    );
+    let conn = Connection::open(&path).unwrap();
+    for sql in [
+        // Schema 18's insert of a keyed event, its completion of a key's head, its check.
+        "INSERT INTO durabus_events (id, type, payload, created_at, updated_at, ordering_key,
+             key_seq, key_prev) VALUES ('x', 't', '1', 0, 0, 'k', 1, NULL)",
+        "UPDATE durabus_events SET status = 'done', key_seq = NULL WHERE id = ?1",
+        "SELECT 1 FROM durabus_events WHERE id = ?1 AND key_seq IS NOT NULL",
+    ] {
+        let err = conn
+            .prepare(sql)
+            .err()
+            .unwrap_or_else(|| panic!("schema 18's statement still runs: {sql}"));
+        assert!(err.to_string().contains("key_seq"), "{err}");
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    bus.subscribe(
+        "o.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push(e.payload::<i64>().unwrap());
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    eventually("both events handled", || async {
+        (seen.lock().unwrap().len() == 2).then_some(())
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), vec![0, 1]);
+    bus.shutdown().await.unwrap();
+}
+
+/// A key moved on by an operator (a cancelled head, a resolved dead letter that held it, a
+/// held dead event deleted) wakes the worker in the commit that did it: with the watch for
+/// other connections' commits off and an hour between polls, the next event of the key still
+/// runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_moved_on_by_an_operator_wakes_the_worker_itself() {
+    use durabus::{Actor, ActorKind, RetryOverride};
+    const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
+    let (_dir, path) = temp();
+    let store = SqliteStore::open(
+        &path,
+        SqliteOptions {
+            watch_interval: None,
+            ..SqliteOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    let bus = EventBus::builder()
+        .store(Arc::new(store))
+        .poll_interval(std::time::Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    bus.subscribe(
+        "o.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                let n: i64 = e.payload().unwrap();
+                s.lock().unwrap().push(n);
+                if n % 10 == 1 && n > 10 {
+                    return Err(format!("payload {n} fails").into());
+                }
+                Ok(())
+            }
+        },
+        SubscribeOptions::default()
+            .retry(RetryOverride::default().max_retries(0))
+            .hold_key_on_dead_letter(true),
+    )
+    .await
+    .unwrap();
+    bus.start().await.unwrap();
+    let me = Actor::new("ops", ActorKind::Library);
+    let done = |id| {
+        let bus = &bus;
+        async move {
+            eventually(&format!("{id} done"), || async {
+                (bus.store().get_event(id).await.unwrap().unwrap().status == EventStatus::Done)
+                    .then_some(())
+            })
+            .await
+        }
+    };
+    let dead = |id| {
+        let bus = &bus;
+        async move {
+            eventually(&format!("{id} dead"), || async {
+                (bus.store().get_event(id).await.unwrap().unwrap().status == EventStatus::Dlq)
+                    .then_some(())
+            })
+            .await
+        }
+    };
+
+    // A cancelled head.
+    let head = bus
+        .enqueue_event(keyed("c", 1).delay(std::time::Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let next = bus.enqueue_event(keyed("c", 2)).await.unwrap();
+    // The worker has looked and found nothing due: it waits for a wake-up.
+    tokio::time::sleep(IDLE).await;
+    bus.cancel(durabus::cancel::CancelRequest {
+        event_id: head,
+        subscription: None,
+        actor: me.clone(),
+        reason: "withdrawn".into(),
+    })
+    .await
+    .unwrap();
+    done(next).await;
+
+    // A dead letter holding its key, resolved.
+    let held = bus.enqueue_event(keyed("r", 21)).await.unwrap();
+    let waits = bus.enqueue_event(keyed("r", 22)).await.unwrap();
+    dead(held).await;
+    tokio::time::sleep(IDLE).await;
+    bus.dead_letters()
+        .resolve(held, "handled by hand", &me)
+        .await
+        .unwrap();
+    done(waits).await;
+
+    // A dead event holding its key, deleted without its record.
+    let held = bus.enqueue_event(keyed("d", 31)).await.unwrap();
+    let waits = bus.enqueue_event(keyed("d", 32)).await.unwrap();
+    dead(held).await;
+    tokio::time::sleep(IDLE).await;
+    assert_eq!(
+        bus.store()
+            .dlq_delete_dead_events(vec![held], Timestamp::now())
+            .await
+            .unwrap(),
+        1
+    );
+    done(waits).await;
+    assert_eq!(*seen.lock().unwrap(), vec![2, 21, 22, 31, 32]);
     bus.shutdown().await.unwrap();
 }
 

@@ -356,6 +356,80 @@ pub async fn a_delayed_head_holds_its_key_and_a_cancel_moves_it_on(h: &Harness) 
     bus.shutdown().await.unwrap();
 }
 
+/// A key moved on by an operator (a cancelled head, a resolved dead letter that held it, a
+/// held dead event deleted) wakes the worker: the next event of the key runs at once, not at
+/// the next poll (an hour away here).
+pub async fn a_key_moved_on_by_an_operator_wakes_the_worker(h: &Harness) {
+    let bus = h
+        .builder()
+        .await
+        .concurrency(4)
+        .poll_interval(Duration::from_secs(3600))
+        .build()
+        .await
+        .unwrap();
+    let log = recording(
+        &bus,
+        SubscribeOptions::default()
+            .retry(RetryOverride::default().max_retries(0))
+            .hold_key_on_dead_letter(true),
+        HashMap::from([(21, 1), (31, 1)]),
+    )
+    .await;
+    bus.start().await.unwrap();
+    let me = Actor::new("ops", ActorKind::Library);
+
+    // A cancelled head.
+    let head = bus
+        .enqueue_event(keyed("c", 1).delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    let next = bus.enqueue_event(keyed("c", 2)).await.unwrap();
+    // The worker has looked and found nothing due: it waits for a wake-up.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    bus.cancel(durabus::cancel::CancelRequest {
+        event_id: head,
+        subscription: None,
+        actor: me.clone(),
+        reason: "withdrawn".into(),
+    })
+    .await
+    .unwrap();
+    reach(&bus, next, EventStatus::Done).await;
+
+    // A dead letter holding its key, resolved.
+    let dead = bus.enqueue_event(keyed("r", 21)).await.unwrap();
+    let waits = bus.enqueue_event(keyed("r", 22)).await.unwrap();
+    reach(&bus, dead, EventStatus::Dlq).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(status(&bus, waits).await, EventStatus::Pending);
+    bus.dead_letters()
+        .resolve(dead, "handled by hand", &me)
+        .await
+        .unwrap();
+    reach(&bus, waits, EventStatus::Done).await;
+
+    // A dead event holding its key, deleted without its record.
+    let dead = bus.enqueue_event(keyed("d", 31)).await.unwrap();
+    let waits = bus.enqueue_event(keyed("d", 32)).await.unwrap();
+    reach(&bus, dead, EventStatus::Dlq).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        bus.store()
+            .dlq_delete_dead_events(vec![dead], h.clock.now())
+            .await
+            .unwrap(),
+        1
+    );
+    reach(&bus, waits, EventStatus::Done).await;
+    let order = log.lock().unwrap().order.clone();
+    assert_eq!(
+        (&order["c"], &order["r"], &order["d"]),
+        (&vec![2], &vec![21, 22], &vec![31, 32])
+    );
+    bus.shutdown().await.unwrap();
+}
+
 pub async fn a_keys_order_survives_a_crash_mid_delivery(h: &Harness) {
     let store = h.backend.open().await;
     let now = h.clock.now();

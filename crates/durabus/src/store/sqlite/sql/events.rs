@@ -88,7 +88,7 @@ pub(super) const CLAIM_UPDATE: &str =
 
 /// Inserts one event unless its id exists (idempotent publish).
 pub(super) const INSERT: &str = "INSERT INTO {p}events (id, type, payload, status, metadata, created_at, updated_at, next_attempt_at,
-             published_snapshot, priority, deliver_at, ordering_key, key_seq, key_prev)
+             published_snapshot, priority, deliver_at, ordering_key, key_queued, key_prev)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT(id) DO NOTHING";
 
 /// The event holding dedup key `?1` in a window still open at `?2`.
@@ -113,9 +113,9 @@ pub(super) const RECORD_DONE: &str =
 /// the same update. No change for an event that is not that (the general statements follow).
 pub(super) const RECORD_DONE_HEAD: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL,
-             key_seq = NULL
+             key_queued = NULL
          WHERE id = ?1 AND status = 'processing' AND dlq_count = 0 AND ordering_key = ?4
-             AND key_seq IS NOT NULL AND key_prev IS NULL";
+             AND key_queued IS NOT NULL AND key_prev IS NULL";
 
 /// Outcome: done, for an event the plain statement passed over (a revived dead letter, whose
 /// record the delivery resolves, or an event with an ordering key, which gives up its place in
@@ -123,14 +123,14 @@ pub(super) const RECORD_DONE_HEAD: &str =
 /// (whose next event may become due) and the event ahead of it. No row for an event that is
 /// not running.
 pub(super) const RECORD_DONE_OTHER_READ: &str =
-    "SELECT dlq_count > 0, CASE WHEN key_seq IS NOT NULL THEN ordering_key END, key_prev
+    "SELECT dlq_count > 0, CASE WHEN key_queued IS NOT NULL THEN ordering_key END, key_prev
          FROM {p}events WHERE id = ?1 AND status = 'processing'";
 
 /// Outcome: done, for the events [`RECORD_DONE_OTHER_READ`] read (a plain update again, not
 /// one `RETURNING` what it read).
 pub(super) const RECORD_DONE_OTHER: &str =
     "UPDATE {p}events SET status = 'done', delivered = ?2, updated_at = ?3, next_attempt_at = NULL,
-             key_seq = NULL, key_prev = NULL
+             key_queued = NULL, key_prev = NULL
          WHERE id = ?1 AND status = 'processing'";
 
 /// Outcome: retry later; or, if a cancel came during the attempt (`cancel_requested`), no retry:

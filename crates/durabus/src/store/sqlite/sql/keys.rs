@@ -1,5 +1,5 @@
 //! The statements of ordering keys (templates: `{p}` is the table prefix). A key's queue is its
-//! events with a `key_seq`, each pointing at the event ahead of it (`key_prev`, partial index
+//! events with a `key_queued`, each pointing at the event ahead of it (`key_prev`, partial index
 //! `events_key_next`), its last event a row of `key_tails`. The ones
 //! run for every keyed event (a publish, a completion) return no rows from a write: SQLite
 //! builds an ephemeral table for each row a `RETURNING` clause returns.
@@ -22,15 +22,16 @@ pub(super) const KEY_TAIL_DROP: &str =
 
 /// Event `?1` joins its key's queue behind event `?2` (NULL: at the head; a dead letter sent
 /// back).
-pub(super) const KEY_JOIN: &str = "UPDATE {p}events SET key_seq = 1, key_prev = ?2 WHERE id = ?1";
+pub(super) const KEY_JOIN: &str =
+    "UPDATE {p}events SET key_queued = 1, key_prev = ?2 WHERE id = ?1";
 
 /// Event `?1`'s key and the event ahead of it, if the event is in its key's queue.
 pub(super) const KEY_PLACE: &str =
-    "SELECT ordering_key, key_prev FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
+    "SELECT ordering_key, key_prev FROM {p}events WHERE id = ?1 AND key_queued IS NOT NULL";
 
 /// Event `?1` gives up its place in its key's queue.
 pub(super) const KEY_DROP: &str =
-    "UPDATE {p}events SET key_seq = NULL, key_prev = NULL WHERE id = ?1";
+    "UPDATE {p}events SET key_queued = NULL, key_prev = NULL WHERE id = ?1";
 
 /// The event behind event `?1` in its key's queue: every column (a completion hands it over
 /// with no second read), then its row and whether it waits
@@ -69,7 +70,7 @@ pub(super) const KEY_UNHOLD: &str = "DELETE FROM {p}key_holds WHERE event_id = ?
 
 /// Whether event `?1` has a place in its key's queue.
 pub(super) const KEY_IN_QUEUE: &str =
-    "SELECT 1 FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
+    "SELECT 1 FROM {p}events WHERE id = ?1 AND key_queued IS NOT NULL";
 
 /// Whether event `?1` is dead.
 pub(super) const KEY_DEAD: &str = "SELECT 1 FROM {p}events WHERE id = ?1 AND status = 'dlq'";
@@ -82,7 +83,7 @@ pub(super) const KEY_CANCELLED: &str = "SELECT 1 FROM {p}events
 /// (a cancel came during their attempt).
 pub(super) const KEY_CANCELLED_ALL: &str =
     "SELECT id FROM {p}events INDEXED BY {p}events_processing
-         WHERE status = 'processing' AND cancel_requested = 1 AND key_seq IS NOT NULL";
+         WHERE status = 'processing' AND cancel_requested = 1 AND key_queued IS NOT NULL";
 
 /// How many events wait behind event `?1` in its key's queue (`UNION`: a list that loops,
 /// which nothing writes, would still end).
@@ -94,7 +95,7 @@ pub(super) const KEY_WAITING: &str = "WITH RECURSIVE behind(id) AS (
 
 /// Event `?1` holds its key since `?2` (dead, with `hold_key_on_dead_letter`).
 pub(super) const KEY_HOLD: &str = "INSERT OR REPLACE INTO {p}key_holds (event_id, held_since)
-         SELECT id, ?2 FROM {p}events WHERE id = ?1 AND key_seq IS NOT NULL";
+         SELECT id, ?2 FROM {p}events WHERE id = ?1 AND key_queued IS NOT NULL";
 
 /// A dead letter's key and how many events of it were waiting.
 pub(super) const KEY_DEAD_LETTER: &str =
