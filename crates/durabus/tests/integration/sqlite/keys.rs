@@ -507,6 +507,38 @@ async fn a_key_moved_on_by_an_operator_wakes_the_worker_itself() {
     bus.shutdown().await.unwrap();
 }
 
+/// The check of the keys' lists that every SQLite contract test ends with finds nothing on a
+/// sound file and names what a broken one breaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_list_check_catches_broken_lists() {
+    use crate::support::sqlite_key_lists_broken as broken;
+    let (_dir, path) = temp();
+    let bus = EventBus::open(&path).await.unwrap();
+    for n in 0..3i64 {
+        bus.enqueue_event(NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
+            .await
+            .unwrap();
+    }
+    bus.shutdown().await.unwrap();
+    assert_eq!(broken(&path), Vec::<String>::new());
+    let conn = Connection::open(&path).unwrap();
+    // The middle event loses its link: two heads, and the first has none behind it.
+    conn.execute_batch(
+        "UPDATE durabus_events SET key_prev = NULL
+             WHERE rowid = (SELECT rowid FROM durabus_events ORDER BY rowid LIMIT 1 OFFSET 1);
+         DELETE FROM durabus_key_tails;",
+    )
+    .unwrap();
+    let found = broken(&path).join("\n");
+    for what in [
+        "more than one head",
+        "has no last event",
+        "waits for a wake-up",
+    ] {
+        assert!(found.contains(what), "{what} not in {found}");
+    }
+}
+
 /// The store on the file at `path`.
 async fn store_with(path: &std::path::Path) -> SqliteStore {
     SqliteStore::open(path, SqliteOptions::default())

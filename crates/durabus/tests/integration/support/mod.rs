@@ -21,6 +21,11 @@ pub trait Backend: Send + Sync {
     fn name(&self) -> &'static str;
     /// Removes what the test left behind.
     async fn cleanup(&self) {}
+    /// What is wrong with the store's own structures at the end of a test (each a sentence;
+    /// empty when all holds or the backend has nothing to check).
+    async fn broken(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Longer than any store's lease (PostgreSQL's default is 5 minutes): a crashed worker's
@@ -134,6 +139,92 @@ impl Backend for SqliteBackend {
     fn name(&self) -> &'static str {
         "sqlite"
     }
+    async fn broken(&self) -> Vec<String> {
+        sqlite_key_lists_broken(&self.path)
+    }
+}
+
+/// The ordering keys' queues of the SQLite file at `path`, checked: each key's queued events
+/// form one list (one head, each other event behind a queued event of its key, no event with
+/// two behind it), `key_tails` names each busy key's last event and no other, an event out of
+/// its queue points at nothing, and a head is not left waiting for a wake-up that will not
+/// come (pending or scheduled without a due time).
+pub fn sqlite_key_lists_broken(path: &std::path::Path) -> Vec<String> {
+    use rusqlite::{Connection, OpenFlags};
+    let Ok(conn) = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return Vec::new();
+    };
+    let has_events: bool = conn
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE name = 'durabus_events'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap_or(false);
+    if !has_events {
+        return Vec::new();
+    }
+    let checks = [
+        (
+            "a queued event points at an event that is not queued in its key",
+            "SELECT e.id FROM durabus_events AS e
+             LEFT JOIN durabus_events AS p ON p.id = e.key_prev
+             WHERE e.key_queued IS NOT NULL AND e.key_prev IS NOT NULL
+                 AND (p.id IS NULL OR p.key_queued IS NULL OR p.ordering_key IS NOT e.ordering_key)",
+        ),
+        (
+            "an event out of its key's queue still points at one",
+            "SELECT id FROM durabus_events WHERE key_queued IS NULL AND key_prev IS NOT NULL",
+        ),
+        (
+            "two queued events stand behind the same event",
+            "SELECT key_prev FROM durabus_events WHERE key_queued IS NOT NULL
+                 AND key_prev IS NOT NULL GROUP BY key_prev HAVING count(*) > 1",
+        ),
+        (
+            "a key has more than one head",
+            "SELECT ordering_key FROM durabus_events
+             WHERE key_queued IS NOT NULL AND key_prev IS NULL
+             GROUP BY ordering_key HAVING count(*) > 1",
+        ),
+        (
+            "a busy key has no last event, or one that is not its queued event with none behind it",
+            "SELECT DISTINCT e.ordering_key FROM durabus_events AS e
+             LEFT JOIN durabus_key_tails AS t ON t.ordering_key = e.ordering_key
+             LEFT JOIN durabus_events AS l ON l.id = t.tail
+             WHERE e.key_queued IS NOT NULL
+                 AND (t.tail IS NULL OR l.key_queued IS NULL
+                      OR l.ordering_key IS NOT e.ordering_key
+                      OR EXISTS (SELECT 1 FROM durabus_events AS b
+                                 WHERE b.key_prev = t.tail AND b.key_queued IS NOT NULL))",
+        ),
+        (
+            "a key with nothing queued keeps a last event",
+            "SELECT t.ordering_key FROM durabus_key_tails AS t
+             WHERE NOT EXISTS (SELECT 1 FROM durabus_events AS e
+                               WHERE e.ordering_key = t.ordering_key AND e.key_queued IS NOT NULL)",
+        ),
+        (
+            "a key's head waits for a wake-up (pending or scheduled without a due time)",
+            "SELECT id FROM durabus_events
+             WHERE key_queued IS NOT NULL AND key_prev IS NULL
+                 AND status IN ('pending', 'scheduled') AND next_attempt_at IS NULL",
+        ),
+    ];
+    let mut broken = Vec::new();
+    for (what, sql) in checks {
+        let found: Vec<String> = match conn.prepare(sql) {
+            Ok(mut stmt) => stmt
+                .query_map([], |r| r.get::<_, String>(0))
+                .and_then(|rows| rows.collect())
+                .unwrap_or_else(|e| vec![format!("(the check failed: {e})")]),
+            Err(e) => vec![format!("(the check failed: {e})")],
+        };
+        if !found.is_empty() {
+            broken.push(format!("{what}: {found:?}"));
+        }
+    }
+    broken
 }
 
 /// An in-memory SQLite database shared by name: an anchor store keeps it alive between the
@@ -207,8 +298,14 @@ impl Harness {
         })
     }
 
-    /// Cleans up after a passing test.
+    /// Checks the store's own structures, then cleans up after a passing test.
     pub async fn finish(&self) {
+        let broken = self.backend.broken().await;
+        assert!(
+            broken.is_empty(),
+            "{} left its structures broken: {broken:#?}",
+            self.backend.name()
+        );
         self.backend.cleanup().await;
     }
 
