@@ -167,6 +167,8 @@ macro_rules! all_contract_tests {
             ordering::deleting_a_dead_event_that_holds_its_key_moves_the_key_on,
             ordering::a_key_moved_on_by_an_operator_wakes_the_worker,
             ordering::a_keys_order_survives_a_crash_mid_delivery,
+            ordering::a_head_cancelled_while_running_then_crashed_lets_its_key_move_on,
+            ordering::a_retry_called_off_while_waiting_behind_its_key_leaves_the_queue,
             ordering::a_finished_head_wakes_its_successor_scheduled_or_due_in_its_lane,
             ordering::bad_ordering_keys_are_refused_and_nothing_is_stored,
             pauses::a_paused_subscription_parks_its_events_and_a_resume_delivers_them,

@@ -464,6 +464,81 @@ pub async fn a_keys_order_survives_a_crash_mid_delivery(h: &Harness) {
     bus.shutdown().await.unwrap();
 }
 
+/// A cancel that came while a key's head ran, then a crash before its outcome: the head ends
+/// cancelled without running again, and the key moves on in order.
+pub async fn a_head_cancelled_while_running_then_crashed_lets_its_key_move_on(h: &Harness) {
+    let store = h.backend.open().await;
+    let now = h.clock.now();
+    let events: Vec<NewEvent> = (1..=3).map(|n| keyed("gone", n)).collect();
+    let ids: Vec<EventId> = events.iter().map(|e| e.id).collect();
+    store
+        .insert(events, InsertMode::Pending, now)
+        .await
+        .unwrap();
+    assert_eq!(claim_ids(&*store, now, 10).await, vec![ids[0]]);
+    let answer = store
+        .cancel_event(
+            durabus::cancel::CancelRequest {
+                event_id: ids[0],
+                subscription: None,
+                actor: Actor::new("ops", ActorKind::Library),
+                reason: "withdrawn".into(),
+            },
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.outcome, durabus::cancel::CancelOutcome::Running);
+    drop(store);
+    h.advance(PAST_ANY_LEASE);
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log = recording(&bus, SubscribeOptions::default(), HashMap::new()).await;
+    bus.start().await.unwrap();
+    reach(&bus, ids[2], EventStatus::Done).await;
+    assert_eq!(status(&bus, ids[0]).await, EventStatus::Cancelled);
+    assert_eq!(log.lock().unwrap().order["gone"], vec![2, 3]);
+    bus.shutdown().await.unwrap();
+}
+
+/// A dead letter retried behind a busy key, then resolved before it ran: the retry is called
+/// off, it leaves the key's queue, and the event behind it runs after the head.
+pub async fn a_retry_called_off_while_waiting_behind_its_key_leaves_the_queue(h: &Harness) {
+    let bus = h.builder().await.concurrency(4).build().await.unwrap();
+    let log = recording(
+        &bus,
+        SubscribeOptions::default().retry(RetryOverride::default().max_retries(0)),
+        HashMap::from([(1, 1)]),
+    )
+    .await;
+    bus.start().await.unwrap();
+    let me = Actor::new("ops", ActorKind::Library);
+    let dead = bus.enqueue_event(keyed("w", 1)).await.unwrap();
+    reach(&bus, dead, EventStatus::Dlq).await;
+    // The key is busy with a delayed head; the retried dead letter waits behind it, and an
+    // event published after the retry waits behind the dead letter.
+    let head = bus
+        .enqueue_event(keyed("w", 2).delay(Duration::from_secs(600)))
+        .await
+        .unwrap();
+    bus.dead_letters().retry(dead, &me).await.unwrap();
+    let last = bus.enqueue_event(keyed("w", 3)).await.unwrap();
+    assert_eq!(status(&bus, dead).await, EventStatus::Pending);
+    bus.dead_letters()
+        .resolve(dead, "fixed by hand", &me)
+        .await
+        .unwrap();
+    assert_eq!(status(&bus, dead).await, EventStatus::Dlq);
+    h.advance(Duration::from_secs(600));
+    reach(&bus, last, EventStatus::Done).await;
+    assert_eq!(status(&bus, head).await, EventStatus::Done);
+    assert_eq!(log.lock().unwrap().order["w"], vec![1, 2, 3]);
+    assert_eq!(
+        bus.dead_letters().get(dead).await.unwrap().status,
+        durabus::DeadLetterStatus::Resolved
+    );
+    bus.shutdown().await.unwrap();
+}
+
 /// `id` handled by every subscription.
 fn done(id: EventId) -> durabus::Outcome {
     durabus::Outcome::Done {
