@@ -385,3 +385,38 @@ async fn a_bus_on_the_applications_pool_opens_no_pool_of_its_own_and_leaves_it_o
     watcher.close().await;
     drop_schema(&schema).await;
 }
+
+/// The check of the keys' queues that every PostgreSQL contract test ends with finds nothing
+/// on a sound schema and names what a broken one breaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_queue_check_catches_broken_queues() {
+    if !pg_available().await {
+        return;
+    }
+    use crate::support::pg_key_queues_broken as broken;
+    let schema = unique_schema();
+    let store = PgStore::connect(&pg_url(), options(&schema)).await.unwrap();
+    let events: Vec<NewEvent> = (0..3i64)
+        .map(|n| NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
+        .collect();
+    store
+        .insert(events, InsertMode::Pending, durabus::Timestamp(1))
+        .await
+        .unwrap();
+    assert_eq!(broken(&schema).await, Vec::<String>::new());
+    // The head loses its place: it has none, and the next is first but still waits.
+    let pool = admin().await;
+    sqlx::query(AssertSqlSafe(format!(
+        "DELETE FROM \"{schema}\".keyed WHERE seq = (SELECT min(seq) FROM \"{schema}\".keyed)"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let found = broken(&schema).await.join("\n");
+    for what in ["has no place", "first event waits for a wake-up"] {
+        assert!(found.contains(what), "{what} not in {found}");
+    }
+    store.close().await.unwrap();
+    pool.close().await;
+    drop_schema(&schema).await;
+}

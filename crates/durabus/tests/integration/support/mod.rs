@@ -96,6 +96,102 @@ impl Backend for PgBackend {
     async fn cleanup(&self) {
         drop_schema(&self.schema).await;
     }
+    async fn broken(&self) -> Vec<String> {
+        pg_key_queues_broken(&self.schema).await
+    }
+}
+
+/// The ordering keys' queues of the PostgreSQL schema `schema`, checked: every unfinished keyed
+/// event has its place in `keyed` and every place an unfinished event of that key; behind a
+/// key's first place every event waits (pending or scheduled without a due time: never two of
+/// a key in flight), and the first is not left waiting for a wake-up that will not come; a held
+/// key's first event is dead.
+pub async fn pg_key_queues_broken(schema: &str) -> Vec<String> {
+    let Ok(pool) = durabus::sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&pg_url())
+        .await
+    else {
+        return Vec::new();
+    };
+    let s = format!("\"{schema}\"");
+    let exists: bool = durabus::sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM information_schema.tables
+                        WHERE table_schema = $1 AND table_name = 'keyed')",
+    )
+    .bind(schema)
+    .fetch_one(&pool)
+    .await
+    .unwrap_or(false);
+    if !exists {
+        pool.close().await;
+        return Vec::new();
+    }
+    let checks = [
+        (
+            "an unfinished keyed event has no place in its key's queue",
+            format!(
+                "SELECT e.id::text FROM {s}.events AS e
+                 WHERE e.ordering_key IS NOT NULL
+                     AND e.status IN ('pending', 'scheduled', 'processing')
+                     AND NOT EXISTS (SELECT 1 FROM {s}.keyed AS k
+                                     WHERE k.event_id = e.id AND k.key = e.ordering_key)"
+            ),
+        ),
+        (
+            "a place in a key's queue names no unfinished event of that key",
+            format!(
+                "SELECT k.event_id::text FROM {s}.keyed AS k
+                 LEFT JOIN {s}.events AS e ON e.id = k.event_id
+                 WHERE e.id IS NULL OR e.ordering_key IS DISTINCT FROM k.key
+                     OR e.status NOT IN ('pending', 'scheduled', 'processing', 'dlq')"
+            ),
+        ),
+        (
+            "an event behind its key's first does not wait (two of a key could run)",
+            format!(
+                "SELECT k.event_id::text FROM {s}.keyed AS k
+                 JOIN {s}.events AS e ON e.id = k.event_id
+                 WHERE k.seq > (SELECT min(f.seq) FROM {s}.keyed AS f WHERE f.key = k.key)
+                     AND NOT (e.status IN ('pending', 'scheduled') AND e.next_attempt_at IS NULL)"
+            ),
+        ),
+        (
+            "a key's first event waits for a wake-up (pending or scheduled without a due time)",
+            format!(
+                "SELECT k.event_id::text FROM {s}.keyed AS k
+                 JOIN {s}.events AS e ON e.id = k.event_id
+                 WHERE k.seq = (SELECT min(f.seq) FROM {s}.keyed AS f WHERE f.key = k.key)
+                     AND e.status IN ('pending', 'scheduled') AND e.next_attempt_at IS NULL"
+            ),
+        ),
+        (
+            "a key is held by an event that is not its first, or not dead",
+            format!(
+                "SELECT k.event_id::text FROM {s}.keyed AS k
+                 JOIN {s}.events AS e ON e.id = k.event_id
+                 WHERE k.held_since IS NOT NULL
+                     AND (e.status <> 'dlq'
+                          OR k.seq > (SELECT min(f.seq) FROM {s}.keyed AS f WHERE f.key = k.key))"
+            ),
+        ),
+    ];
+    let mut broken = Vec::new();
+    for (what, sql) in checks {
+        let found: Vec<String> =
+            match durabus::sqlx::query_scalar(durabus::sqlx::AssertSqlSafe(sql))
+                .fetch_all(&pool)
+                .await
+            {
+                Ok(rows) => rows,
+                Err(e) => vec![format!("(the check failed: {e})")],
+            };
+        if !found.is_empty() {
+            broken.push(format!("{what}: {found:?}"));
+        }
+    }
+    pool.close().await;
+    broken
 }
 
 /// Drops a test's schema.
