@@ -394,117 +394,13 @@ async fn statements_of_schema_18_fail_on_an_upgraded_file() {
 }
 
 /// A key moved on by an operator (a cancelled head, a resolved dead letter that held it, a
-/// held dead event deleted) wakes the worker in the commit that did it: with the watch for
-/// other connections' commits off and an hour between polls, the next event of the key still
-/// runs at once.
+/// held dead event deleted) wakes the worker in the commit that did it: the contract test, on
+/// a store that does not look for commits on the file, so that nothing else wakes the worker.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_moved_on_by_an_operator_wakes_the_worker_itself() {
-    use durabus::{Actor, ActorKind, RetryOverride};
-    const IDLE: std::time::Duration = std::time::Duration::from_millis(50);
-    let (_dir, path) = temp();
-    let store = SqliteStore::open(
-        &path,
-        SqliteOptions {
-            watch_interval: None,
-            ..SqliteOptions::default()
-        },
-    )
-    .await
-    .unwrap();
-    let bus = EventBus::builder()
-        .store(Arc::new(store))
-        .poll_interval(std::time::Duration::from_secs(3600))
-        .build()
-        .await
-        .unwrap();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
-    bus.subscribe(
-        "o.*",
-        move |e: Event| {
-            let s = s.clone();
-            async move {
-                let n: i64 = e.payload().unwrap();
-                s.lock().unwrap().push(n);
-                if n % 10 == 1 && n > 10 {
-                    return Err(format!("payload {n} fails").into());
-                }
-                Ok(())
-            }
-        },
-        SubscribeOptions::default()
-            .retry(RetryOverride::default().max_retries(0))
-            .hold_key_on_dead_letter(true),
-    )
-    .await
-    .unwrap();
-    bus.start().await.unwrap();
-    let me = Actor::new("ops", ActorKind::Library);
-    let done = |id| {
-        let bus = &bus;
-        async move {
-            eventually(&format!("{id} done"), || async {
-                (bus.store().get_event(id).await.unwrap().unwrap().status == EventStatus::Done)
-                    .then_some(())
-            })
-            .await
-        }
-    };
-    let dead = |id| {
-        let bus = &bus;
-        async move {
-            eventually(&format!("{id} dead"), || async {
-                (bus.store().get_event(id).await.unwrap().unwrap().status == EventStatus::Dlq)
-                    .then_some(())
-            })
-            .await
-        }
-    };
-
-    // A cancelled head.
-    let head = bus
-        .enqueue_event(keyed("c", 1).delay(std::time::Duration::from_secs(600)))
-        .await
-        .unwrap();
-    let next = bus.enqueue_event(keyed("c", 2)).await.unwrap();
-    // The worker has looked and found nothing due: it waits for a wake-up.
-    tokio::time::sleep(IDLE).await;
-    bus.cancel(durabus::cancel::CancelRequest {
-        event_id: head,
-        subscription: None,
-        actor: me.clone(),
-        reason: "withdrawn".into(),
-    })
-    .await
-    .unwrap();
-    done(next).await;
-
-    // A dead letter holding its key, resolved.
-    let held = bus.enqueue_event(keyed("r", 21)).await.unwrap();
-    let waits = bus.enqueue_event(keyed("r", 22)).await.unwrap();
-    dead(held).await;
-    tokio::time::sleep(IDLE).await;
-    bus.dead_letters()
-        .resolve(held, "handled by hand", &me)
-        .await
-        .unwrap();
-    done(waits).await;
-
-    // A dead event holding its key, deleted without its record.
-    let held = bus.enqueue_event(keyed("d", 31)).await.unwrap();
-    let waits = bus.enqueue_event(keyed("d", 32)).await.unwrap();
-    dead(held).await;
-    tokio::time::sleep(IDLE).await;
-    assert_eq!(
-        bus.store()
-            .dlq_delete_dead_events(vec![held], Timestamp::now())
-            .await
-            .unwrap(),
-        1
-    );
-    done(waits).await;
-    assert_eq!(*seen.lock().unwrap(), vec![2, 21, 22, 31, 32]);
-    bus.shutdown().await.unwrap();
+    let h = crate::support::Harness::sqlite_unwatched();
+    crate::suite::ordering::a_key_moved_on_by_an_operator_wakes_the_worker(&h).await;
+    h.finish().await;
 }
 
 /// The check of the keys' lists that every SQLite contract test ends with finds nothing on a

@@ -213,21 +213,32 @@ pub async fn drop_schema(schema: &str) {
 pub struct SqliteBackend {
     _dir: tempfile::TempDir,
     pub path: PathBuf,
+    /// Whether the store looks for commits on the file (its default); off, only its own
+    /// writes wake its worker.
+    watch: bool,
 }
 
 impl SqliteBackend {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("bus.db");
-        SqliteBackend { _dir: dir, path }
+        SqliteBackend {
+            _dir: dir,
+            path,
+            watch: true,
+        }
     }
 }
 
 #[async_trait]
 impl Backend for SqliteBackend {
     async fn open(&self) -> Arc<dyn Store> {
+        let mut options = SqliteOptions::default();
+        if !self.watch {
+            options.watch_interval = None;
+        }
         Arc::new(
-            SqliteStore::open(&self.path, SqliteOptions::default())
+            SqliteStore::open(&self.path, options)
                 .await
                 .expect("open sqlite store"),
         )
@@ -408,6 +419,18 @@ impl Harness {
     pub fn sqlite() -> Self {
         Harness {
             backend: Box::new(SqliteBackend::new()),
+            clock: ManualClock::default(),
+        }
+    }
+
+    /// A harness on a SQLite file whose store does not look for commits on the file: only
+    /// its own writes wake its worker.
+    pub fn sqlite_unwatched() -> Self {
+        Harness {
+            backend: Box::new(SqliteBackend {
+                watch: false,
+                ..SqliteBackend::new()
+            }),
             clock: ManualClock::default(),
         }
     }
