@@ -118,6 +118,25 @@ pub fn processing(target: &Target) -> anyhow::Result<std::collections::HashSet<E
     }
 }
 
+/// The events a PostgreSQL store holds `processing` since before `before` (milliseconds since
+/// the epoch, on the workers' clock): those claimed before then and not finished since.
+pub fn processing_since_before(
+    target: &Target,
+    before: i64,
+) -> anyhow::Result<std::collections::HashSet<EventId>> {
+    let Target::Postgres { url, schema } = target else {
+        anyhow::bail!("PostgreSQL only");
+    };
+    pg_ids(
+        url,
+        format!(
+            "SELECT id FROM {schema}.events
+             WHERE status = 'processing' AND processing_started_at < $1::bigint"
+        ),
+        Some(before.to_string()),
+    )
+}
+
 /// The events a PostgreSQL worker process `pid` holds (`processing` under its lease).
 pub fn held_by_pid(
     target: &Target,

@@ -234,8 +234,9 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         let full_at = Instant::now();
         // What runs across the fault may run again (a lease the heartbeat could not renew).
         // An event claimed while the volume is full and taken over once its lease ran out
-        // can come and go between two looks, so the look is taken every 50 ms, until
-        // publishing resumes: a lease that was lost is at least a second old.
+        // can come and go between two looks, so the look is taken every 50 ms; after space
+        // returns, until publishing resumes, only events claimed before then count (what is
+        // claimed afterwards runs under leases that can be renewed).
         let mut held = HashSet::new();
         watch(&mut children, &mut ledger, &target, &mut held, FULL_FOR)?;
         let full_for = full_at.elapsed();
@@ -253,16 +254,12 @@ pub fn run(s: &Settings) -> anyhow::Result<Row> {
         let acked_full = ledger.acked.len() - acked_before;
         std::fs::remove_file(&filler)?;
         let freed_at = Instant::now();
+        let freed_ms = durabus::Timestamp::now().as_millis();
         let acked_freed = ledger.acked.len();
         let mut resumed = None;
         while freed_at.elapsed() < Duration::from_secs(30) {
-            watch(
-                &mut children,
-                &mut ledger,
-                &target,
-                &mut held,
-                Duration::from_millis(50),
-            )?;
+            held.extend(crate::view::processing_since_before(&target, freed_ms)?);
+            pump_all(&mut children, &mut ledger, Duration::from_millis(50))?;
             if ledger.acked.len() > acked_freed + 100 {
                 resumed = Some(freed_at.elapsed());
                 break;

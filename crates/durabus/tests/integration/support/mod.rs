@@ -258,8 +258,12 @@ impl Backend for SqliteBackend {
 /// come (pending or scheduled without a due time).
 pub fn sqlite_key_lists_broken(path: &std::path::Path) -> Vec<String> {
     use rusqlite::{Connection, OpenFlags};
-    let Ok(conn) = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+    if !path.exists() {
         return Vec::new();
+    }
+    let conn = match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY) {
+        Ok(conn) => conn,
+        Err(e) => return vec![format!("(the file could not be opened to check it: {e})")],
     };
     let has_events: bool = conn
         .query_row(
