@@ -76,6 +76,26 @@ fn back_to_schema_17(path: &std::path::Path) {
     .unwrap();
 }
 
+/// Subscribes to `o.*` a handler that records each payload it is called with, in order.
+async fn payloads_seen(bus: &EventBus) -> Arc<Mutex<Vec<i64>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    bus.subscribe(
+        "o.*",
+        move |e: Event| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push(e.payload::<i64>().unwrap());
+                Ok(())
+            }
+        },
+        SubscribeOptions::default(),
+    )
+    .await
+    .unwrap();
+    seen
+}
+
 fn count(path: &std::path::Path, sql: &str) -> i64 {
     Connection::open(path)
         .unwrap()
@@ -205,21 +225,7 @@ async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upg
         ),
         1
     );
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
-    bus.subscribe(
-        "o.*",
-        move |e: Event| {
-            let s = s.clone();
-            async move {
-                s.lock().unwrap().push(e.payload::<i64>().unwrap());
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let seen = payloads_seen(&bus).await;
     bus.start().await.unwrap();
     // The key stays held: nothing behind the dead letter runs.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -369,21 +375,7 @@ async fn statements_of_schema_18_fail_on_an_upgraded_file() {
             .unwrap_or_else(|| panic!("schema 18's statement still runs: {sql}"));
         assert!(err.to_string().contains("key_seq"), "{err}");
     }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let s = seen.clone();
-    bus.subscribe(
-        "o.*",
-        move |e: Event| {
-            let s = s.clone();
-            async move {
-                s.lock().unwrap().push(e.payload::<i64>().unwrap());
-                Ok(())
-            }
-        },
-        SubscribeOptions::default(),
-    )
-    .await
-    .unwrap();
+    let seen = payloads_seen(&bus).await;
     bus.start().await.unwrap();
     eventually("both events handled", || async {
         (seen.lock().unwrap().len() == 2).then_some(())
