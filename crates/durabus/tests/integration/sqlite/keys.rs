@@ -76,6 +76,18 @@ fn back_to_schema_17(path: &std::path::Path) {
     .unwrap();
 }
 
+/// Publishes events `0..n` under key `k` on the file at `path`, one at a time, and closes the
+/// bus before any runs: the first is the key's head, the others wait behind it.
+async fn queue_on_key_k(path: &std::path::Path, n: i64) {
+    let bus = EventBus::open(path).await.unwrap();
+    for n in 0..n {
+        bus.enqueue_event(NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
+            .await
+            .unwrap();
+    }
+    bus.shutdown().await.unwrap();
+}
+
 /// Subscribes to `o.*` a handler that records each payload it is called with, in order.
 async fn payloads_seen(bus: &EventBus) -> Arc<Mutex<Vec<i64>>> {
     let seen = Arc::new(Mutex::new(Vec::new()));
@@ -191,13 +203,7 @@ async fn queues_of_schema_16_keep_their_order_through_the_upgrade() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_holding_its_key_in_schema_16_still_holds_it_after_the_upgrade() {
     let (_dir, path) = temp();
-    let bus = EventBus::open(&path).await.unwrap();
-    for n in 0..3i64 {
-        bus.enqueue_event(NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
-            .await
-            .unwrap();
-    }
-    bus.shutdown().await.unwrap();
+    queue_on_key_k(&path, 3).await;
     // The head died holding its key (what `hold_key_on_dead_letter` leaves behind).
     Connection::open(&path)
         .unwrap()
@@ -337,13 +343,7 @@ async fn queues_of_schema_17_keep_their_order_and_take_new_events_behind_them() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_of_schema_18_fail_on_an_upgraded_file() {
     let (_dir, path) = temp();
-    let bus = EventBus::open(&path).await.unwrap();
-    for n in 0..2i64 {
-        bus.enqueue_event(NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
-            .await
-            .unwrap();
-    }
-    bus.shutdown().await.unwrap();
+    queue_on_key_k(&path, 2).await;
     back_to_schema_18(&path);
     assert_eq!(
         count(
@@ -401,13 +401,7 @@ async fn a_key_moved_on_by_an_operator_wakes_the_worker_itself() {
 async fn the_key_list_check_catches_broken_lists() {
     use crate::support::sqlite_key_lists_broken as broken;
     let (_dir, path) = temp();
-    let bus = EventBus::open(&path).await.unwrap();
-    for n in 0..3i64 {
-        bus.enqueue_event(NewEvent::new("o.step", &n).unwrap().ordering_key("k"))
-            .await
-            .unwrap();
-    }
-    bus.shutdown().await.unwrap();
+    queue_on_key_k(&path, 3).await;
     assert_eq!(broken(&path), Vec::<String>::new());
     let conn = Connection::open(&path).unwrap();
     // The middle event loses its link: two heads, and the first has none behind it.
