@@ -186,9 +186,15 @@ pub async fn enqueue_batches(bus: &EventBus, n: u64) -> anyhow::Result<f64> {
 }
 
 /// Counts deliveries; wakes a waiter when a target is reached.
+///
+/// The handler wakes the waiter only once the count it waits for is reached: a wake for every
+/// delivery would put a thread wake-up per event (the waiter's, on the bench's own thread) into
+/// the pipeline being measured.
 #[derive(Default)]
 pub struct Counter {
     seen: AtomicU64,
+    /// The count [`wait_for`](Self::wait_for) waits for; 0: nobody waits.
+    goal: AtomicU64,
     wake: Notify,
 }
 
@@ -208,8 +214,11 @@ impl Counter {
         bus.subscribe(
             "bench.*",
             move |_e: Event| {
-                c.seen.fetch_add(1, Ordering::Relaxed);
-                c.wake.notify_one();
+                let seen = c.seen.fetch_add(1, Ordering::SeqCst) + 1;
+                let goal = c.goal.load(Ordering::SeqCst);
+                if goal != 0 && seen >= goal {
+                    c.wake.notify_one();
+                }
                 async { Ok(()) }
             },
             options,
@@ -219,12 +228,15 @@ impl Counter {
     }
 
     pub fn seen(&self) -> u64 {
-        self.seen.load(Ordering::Relaxed)
+        self.seen.load(Ordering::SeqCst)
     }
 
     /// Waits until `target` deliveries were seen (at most `limit`).
     pub async fn wait_for(&self, target: u64, limit: Duration) -> anyhow::Result<()> {
         let deadline = tokio::time::Instant::now() + limit;
+        // Set before the count is read: a delivery that reaches the goal after the read sees
+        // it and wakes this waiter (both sequentially consistent).
+        self.goal.store(target.max(1), Ordering::SeqCst);
         while self.seen() < target {
             let notified = self.wake.notified();
             if self.seen() >= target {
