@@ -237,18 +237,26 @@ impl Counter {
         // Set before the count is read: a delivery that reaches the goal after the read sees
         // it and wakes this waiter (both sequentially consistent).
         self.goal.store(target.max(1), Ordering::SeqCst);
-        while self.seen() < target {
-            let notified = self.wake.notified();
-            if self.seen() >= target {
-                break;
+        let reached = async {
+            while self.seen() < target {
+                let notified = self.wake.notified();
+                if self.seen() >= target {
+                    break;
+                }
+                anyhow::ensure!(
+                    tokio::time::timeout_at(deadline, notified).await.is_ok()
+                        || self.seen() >= target,
+                    "only {} of {target} events delivered within {limit:?}",
+                    self.seen()
+                );
             }
-            anyhow::ensure!(
-                tokio::time::timeout_at(deadline, notified).await.is_ok() || self.seen() >= target,
-                "only {} of {target} events delivered within {limit:?}",
-                self.seen()
-            );
+            Ok(())
         }
-        Ok(())
+        .await;
+        // Nobody waits any more: the deliveries after the goal (a bench publishing its next
+        // round) wake no one until the next wait sets its own.
+        self.goal.store(0, Ordering::SeqCst);
+        reached
     }
 }
 
