@@ -88,8 +88,13 @@ impl WriteOp for Cancel {
         }
         // Cancelled before it ran: it leaves its ordering key's queue, and the event behind it
         // may become due.
-        let woke =
-            matches!(planned, Plan::CancelEvent) && super::keys::leave(conn, sql, r.event_id, now)?;
+        let woke = matches!(planned, Plan::CancelEvent)
+            && super::keys::leave(
+                &mut super::prepared::Prepared::new(conn),
+                sql,
+                r.event_id,
+                now,
+            )?;
         let outcome = planned.outcome();
         conn.prepare_cached(&sql.cn_insert)?.execute(params![
             id,

@@ -283,7 +283,8 @@ pub(super) fn apply_action(
                 }
                 waiting(conn, &ops.waiting_delete, id)?;
                 // Out of delivery again: out of its key's queue too.
-                woke |= super::keys::leave(conn, sql, id, now)?;
+                woke |=
+                    super::keys::leave(&mut super::prepared::Prepared::new(conn), sql, id, now)?;
             }
             if send {
                 let reset = requeue();
@@ -296,7 +297,7 @@ pub(super) fn apply_action(
                 // Back to pending: with a priority, it waits in lane 2; with an ordering key,
                 // it runs as its key's head or waits in the key's queue.
                 waiting(conn, &ops.waiting_pending, id)?;
-                super::keys::rejoin(conn, sql, id)?;
+                super::keys::rejoin(&mut super::prepared::Prepared::new(conn), sql, id)?;
                 if n != 1 {
                     return Err(Error::Conflict {
                         what: format!("dead letter {id}"),
@@ -313,7 +314,8 @@ pub(super) fn apply_action(
                 DeadLetterStatus::Resolved | DeadLetterStatus::Abandoned
             ) {
                 // Closed: a key it held moves on.
-                woke |= super::keys::leave(conn, sql, id, now)?;
+                woke |=
+                    super::keys::leave(&mut super::prepared::Prepared::new(conn), sql, id, now)?;
             }
             adjust(
                 conn,
@@ -323,7 +325,7 @@ pub(super) fn apply_action(
             Ok(send || woke)
         }
         Change::Delete => {
-            let woke = super::keys::leave(conn, sql, id, now)?;
+            let woke = super::keys::leave(&mut super::prepared::Prepared::new(conn), sql, id, now)?;
             conn.prepare_cached(&ops.dl_delete)?
                 .execute([id.to_string()])?;
             delete_dead_event(conn, sql, id)?;

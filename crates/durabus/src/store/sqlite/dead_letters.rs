@@ -103,7 +103,12 @@ impl WriteOp for DeleteDead {
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Self::Reply> {
         let (mut n, mut woke) = (0, false);
         for id in &self.0 {
-            woke |= super::keys::leave_if_dead(conn, sql, *id, now)?;
+            woke |= super::keys::leave_if_dead(
+                &mut super::prepared::Prepared::new(conn),
+                sql,
+                *id,
+                now,
+            )?;
             n += u64::from(delete_dead_event(conn, sql, *id)?);
         }
         Ok((n, woke))

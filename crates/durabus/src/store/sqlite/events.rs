@@ -126,7 +126,7 @@ impl WriteOp for Release {
         for id in &self.0 {
             n += stmt.execute(params![id.to_string(), now.as_millis()])? as u64;
             waiting(conn, &sql.waiting_pending, *id)?;
-            super::keys::settle(conn, sql, *id, now)?;
+            super::keys::settle(&mut super::prepared::Prepared::new(conn), sql, *id, now)?;
         }
         Ok(n)
     }

@@ -15,6 +15,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::prepared::Prepared;
 use super::rows::{Undecoded, undecoded_from_row};
 use super::sql::Sql;
 use crate::clock::Timestamp;
@@ -24,34 +25,47 @@ use crate::event::{EventId, EventStatus};
 /// The last event of `key`'s queue, for an event joining it: `Some(id)` when the key has
 /// unfinished events (the new event waits behind that one), `None` when it has none (the new
 /// event is its head).
-pub(super) fn back(conn: &Connection, sql: &Sql, key: &str) -> Result<Option<String>> {
-    Ok(conn
-        .prepare_cached(&sql.key_tail)?
+pub(super) fn back<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
+    key: &str,
+) -> Result<Option<String>> {
+    Ok(p.get(&sql.key_tail)?
         .query_row([key], |r| r.get(0))
         .optional()?)
 }
 
 /// Event `id` joined the back of `key`'s queue (its row says which event is ahead of it).
-pub(super) fn joined(conn: &Connection, sql: &Sql, key: &str, id: &str) -> Result<()> {
-    conn.prepare_cached(&sql.key_tail_set)?.execute([key, id])?;
+pub(super) fn joined<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
+    key: &str,
+    id: &str,
+) -> Result<()> {
+    p.get(&sql.key_tail_set)?.execute([key, id])?;
     Ok(())
 }
 
 /// Event `id` leaves its key's queue (it finished, or was cancelled or purged); if it was the
 /// head, the next event of the key becomes due at `now`. Nothing for an event without a
 /// place. Returns whether an event became due (the dispatcher should look).
-pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<bool> {
+pub(super) fn leave<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
+    id: EventId,
+    now: Timestamp,
+) -> Result<bool> {
     let id = id.to_string();
-    let place: Option<(String, Option<String>)> = conn
-        .prepare_cached(&sql.key_place)?
+    let place: Option<(String, Option<String>)> = p
+        .get(&sql.key_place)?
         .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let Some((key, ahead)) = place else {
         return Ok(false);
     };
-    conn.prepare_cached(&sql.key_drop)?.execute([&id])?;
-    conn.prepare_cached(&sql.key_unhold)?.execute([&id])?;
-    unlink(conn, sql, &id, &key, ahead.as_deref(), now, None)
+    p.get(&sql.key_drop)?.execute([&id])?;
+    p.get(&sql.key_unhold)?.execute([&id])?;
+    unlink(p, sql, &id, &key, ahead.as_deref(), now, None)
 }
 
 /// Event `id` of `key`, the head of its queue, finished and gave up its place in the update
@@ -61,49 +75,43 @@ pub(super) fn leave(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -
 /// store's set-aside events, see [`set_aside`](super::set_aside)), else it becomes due in its
 /// lane. Returns whether an event became due in the table (a claimed one wakes the dispatcher
 /// when it is set aside).
-pub(super) fn moved_on(
-    conn: &Connection,
-    sql: &Sql,
+pub(super) fn moved_on<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
     id: &str,
     key: &str,
     ahead: Option<&str>,
     now: Timestamp,
     next: &mut Vec<Undecoded>,
 ) -> Result<bool> {
-    unlink(conn, sql, id, key, ahead, now, Some(next))
+    unlink(p, sql, id, key, ahead, now, Some(next))
 }
 
 /// Takes event `id` out of `key`'s list (its own row already gave up its place): the event
 /// behind it now stands behind `ahead`, and wakes as the head if `ahead` is `None`; with
 /// nothing behind it, `ahead` becomes the key's last event (or the key has none).
-fn unlink(
-    conn: &Connection,
-    sql: &Sql,
+fn unlink<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
     id: &str,
     key: &str,
     ahead: Option<&str>,
     now: Timestamp,
     hand: Option<&mut Vec<Undecoded>>,
 ) -> Result<bool> {
-    let behind: Option<Head> = conn
-        .prepare_cached(&sql.key_next)?
-        .query_row([id], head_of)
-        .optional()?;
+    let behind: Option<Head> = p.get(&sql.key_next)?.query_row([id], head_of).optional()?;
     match (behind, ahead) {
-        (Some(head), None) => wake_head(conn, sql, head, now, hand),
+        (Some(head), None) => wake_head(p, sql, head, now, hand),
         (Some(head), Some(ahead)) => {
-            conn.prepare_cached(&sql.key_link)?
-                .execute(params![head.rowid, ahead])?;
+            p.get(&sql.key_link)?.execute(params![head.rowid, ahead])?;
             Ok(false)
         }
         (None, Some(ahead)) => {
-            conn.prepare_cached(&sql.key_tail_back)?
-                .execute([key, id, ahead])?;
+            p.get(&sql.key_tail_back)?.execute([key, id, ahead])?;
             Ok(false)
         }
         (None, None) => {
-            conn.prepare_cached(&sql.key_tail_drop)?
-                .execute([key, id])?;
+            p.get(&sql.key_tail_drop)?.execute([key, id])?;
             Ok(false)
         }
     }
@@ -148,16 +156,16 @@ fn woken(head: &Head, now: Timestamp) -> Option<(EventStatus, i64)> {
 /// retries or is dead stays as it is), in its waiting lane; or, given `hand` and the head due
 /// now with priority 0, claimed and its row pushed onto `hand` (one update of the row instead
 /// of the wake's and then a claim's). Either way it points at no event ahead any more.
-fn wake_head(
-    conn: &Connection,
-    sql: &Sql,
+fn wake_head<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
     mut head: Head,
     now: Timestamp,
     hand: Option<&mut Vec<Undecoded>>,
 ) -> Result<bool> {
     let priority = head.row.event().priority;
     let Some((status, due)) = woken(&head, now) else {
-        conn.prepare_cached(&sql.key_link)?
+        p.get(&sql.key_link)?
             .execute(params![head.rowid, None::<String>])?;
         return Ok(false);
     };
@@ -165,11 +173,9 @@ fn wake_head(
         && status == EventStatus::Pending
         && priority == 0
     {
-        let claimed = conn.prepare_cached(&sql.key_hand)?.execute(params![
-            head.rowid,
-            due,
-            now.as_millis()
-        ])?;
+        let claimed = p
+            .get(&sql.key_hand)?
+            .execute(params![head.rowid, due, now.as_millis()])?;
         if claimed == 1 {
             // What the update changed, on the row read before it.
             let event = head.row.event_mut();
@@ -178,12 +184,12 @@ fn wake_head(
             event.updated_at = now;
             next.push(head.row);
         } else {
-            conn.prepare_cached(&sql.key_link)?
+            p.get(&sql.key_link)?
                 .execute(params![head.rowid, None::<String>])?;
         }
         return Ok(false);
     }
-    conn.prepare_cached(&sql.key_wake)?
+    p.get(&sql.key_wake)?
         .execute(params![head.rowid, status.as_str(), due])?;
     let lane = if status == EventStatus::Scheduled {
         Some(1)
@@ -191,7 +197,7 @@ fn wake_head(
         (priority != 0).then_some(2)
     };
     if let Some(lane) = lane {
-        conn.prepare_cached(&sql.waiting_put)?.execute(params![
+        p.get(&sql.waiting_put)?.execute(params![
             head.row.id().to_string(),
             lane,
             priority,
@@ -203,38 +209,43 @@ fn wake_head(
 
 /// After a transition that may have ended event `id` cancelled (a retry, a snooze, a release,
 /// a cancel): a cancelled event leaves its key.
-pub(super) fn settle(conn: &Connection, sql: &Sql, id: EventId, now: Timestamp) -> Result<()> {
-    leave_if(conn, sql, &sql.key_cancelled, id, now).map(|_| ())
+pub(super) fn settle<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
+    id: EventId,
+    now: Timestamp,
+) -> Result<()> {
+    leave_if(p, sql, &sql.key_cancelled, id, now).map(|_| ())
 }
 
 /// Dead event `id` is about to be deleted without its record (the purge of dead events that
 /// have none): a key it held moves on. Nothing for an event that is not dead (it stays).
 /// Returns whether an event became due.
-pub(super) fn leave_if_dead(
-    conn: &Connection,
-    sql: &Sql,
+pub(super) fn leave_if_dead<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
     id: EventId,
     now: Timestamp,
 ) -> Result<bool> {
-    leave_if(conn, sql, &sql.key_dead, id, now)
+    leave_if(p, sql, &sql.key_dead, id, now)
 }
 
 /// Event `id` leaves its key if `check` (a statement on its id) finds a row. Returns whether
 /// an event became due.
-fn leave_if(
-    conn: &Connection,
-    sql: &Sql,
-    check: &str,
+fn leave_if<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
+    check: &'s str,
     id: EventId,
     now: Timestamp,
 ) -> Result<bool> {
-    let found = conn
-        .prepare_cached(check)?
+    let found = p
+        .get(check)?
         .query_row([id.to_string()], |_| Ok(()))
         .optional()?
         .is_some();
     if found {
-        return leave(conn, sql, id, now);
+        return leave(p, sql, id, now);
     }
     Ok(false)
 }
@@ -257,32 +268,33 @@ pub(super) fn settle_all(
     ids: &[EventId],
     now: Timestamp,
 ) -> Result<()> {
+    let mut p = Prepared::new(conn);
     for id in ids {
-        settle(conn, sql, *id, now)?;
+        settle(&mut p, sql, *id, now)?;
     }
     Ok(())
 }
 
 /// Event `id`, with `key`, was just dead-lettered: it holds its key (`hold`) or lets it move
 /// on. Returns how many later events of the key were waiting.
-pub(super) fn died(
-    conn: &Connection,
-    sql: &Sql,
+pub(super) fn died<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
     id: EventId,
     key: &str,
     hold: bool,
     now: Timestamp,
 ) -> Result<u64> {
-    let waiting: u64 = conn
-        .prepare_cached(&sql.key_waiting)?
+    let waiting: u64 = p
+        .get(&sql.key_waiting)?
         .query_row([id.to_string()], |r| r.get(0))?;
     if hold {
-        conn.prepare_cached(&sql.key_hold)?
+        p.get(&sql.key_hold)?
             .execute(params![id.to_string(), now.as_millis()])?;
     } else {
-        leave(conn, sql, id, now)?;
+        leave(p, sql, id, now)?;
     }
-    conn.prepare_cached(&sql.key_dead_letter)?
+    p.get(&sql.key_dead_letter)?
         .execute(params![id.to_string(), key, waiting])?;
     Ok(waiting)
 }
@@ -290,34 +302,30 @@ pub(super) fn died(
 /// Dead event `id` was just sent back for delivery: if it still holds its key it is the head
 /// and runs; if its key moved on, it joins the back of the key's queue (and waits if the key
 /// is busy).
-pub(super) fn rejoin(conn: &Connection, sql: &Sql, id: EventId) -> Result<()> {
-    let key: Option<Option<String>> = conn
-        .prepare_cached(&sql.key_of)?
+pub(super) fn rejoin<'s>(p: &mut Prepared<'_, 's>, sql: &'s Sql, id: EventId) -> Result<()> {
+    let key: Option<Option<String>> = p
+        .get(&sql.key_of)?
         .query_row([id.to_string()], |r| r.get(0))
         .optional()?;
     let Some(Some(key)) = key else {
         return Ok(());
     };
-    conn.prepare_cached(&sql.key_unhold)?
-        .execute([id.to_string()])?;
-    let held = conn
-        .prepare_cached(&sql.key_in_queue)?
+    p.get(&sql.key_unhold)?.execute([id.to_string()])?;
+    let held = p
+        .get(&sql.key_in_queue)?
         .query_row([id.to_string()], |_| Ok(()))
         .optional()?
         .is_some();
     if held {
         return Ok(());
     }
-    let ahead = back(conn, sql, &key)?;
+    let ahead = back(p, sql, &key)?;
     let id_text = id.to_string();
-    conn.prepare_cached(&sql.key_join)?
-        .execute(params![id_text, ahead])?;
-    joined(conn, sql, &key, &id_text)?;
+    p.get(&sql.key_join)?.execute(params![id_text, ahead])?;
+    joined(p, sql, &key, &id_text)?;
     if ahead.is_some() {
-        conn.prepare_cached(&sql.key_undue)?
-            .execute([id.to_string()])?;
-        conn.prepare_cached(&sql.waiting_delete)?
-            .execute([id.to_string()])?;
+        p.get(&sql.key_undue)?.execute([id.to_string()])?;
+        p.get(&sql.waiting_delete)?.execute([id.to_string()])?;
     }
     Ok(())
 }

@@ -20,6 +20,7 @@ mod outcomes;
 mod pauses;
 mod payloads;
 mod periodic;
+mod prepared;
 mod queries;
 mod rates;
 mod row_writes;

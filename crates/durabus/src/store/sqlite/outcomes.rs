@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::op::WriteOp;
+use super::prepared::Prepared;
 use super::row_writes::{of_stored, waiting};
 use super::rows::{Undecoded, json_list};
 use super::set_aside::SetAside;
@@ -19,31 +20,32 @@ use crate::store::Outcome;
 
 /// Writes one outcome; a completion that claims the next event of its ordering key pushes the
 /// event's row onto `next`.
-fn record_one(
-    conn: &Connection,
-    sql: &Sql,
+fn record_one<'s>(
+    p: &mut Prepared<'_, 's>,
+    sql: &'s Sql,
     (outcome, head_of): (&Outcome, Option<&str>),
     now: Timestamp,
     woke: &std::sync::atomic::AtomicBool,
     next: &mut Vec<Undecoded>,
 ) -> Result<bool> {
     let now_ms = now.as_millis();
+    let conn = p.conn();
     let n = match outcome {
         Outcome::Done { id, delivered } => {
             let (id_text, list) = (id.to_string(), json_list(delivered)?);
             let first = match head_of {
                 // Handed over as the next event of its key: most likely its head still.
                 Some(key) => {
-                    let n = conn
-                        .prepare_cached(&sql.record_done_head)?
+                    let n = p
+                        .get(&sql.record_done_head)?
                         .execute(params![id_text, list, now_ms, key])?;
-                    if n == 1 && super::keys::moved_on(conn, sql, &id_text, key, None, now, next)? {
+                    if n == 1 && super::keys::moved_on(p, sql, &id_text, key, None, now, next)? {
                         woke.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     n
                 }
-                None => conn
-                    .prepare_cached(&sql.record_done)?
+                None => p
+                    .get(&sql.record_done)?
                     .execute(params![id_text, list, now_ms])?,
             };
             match first {
@@ -65,7 +67,7 @@ fn record_one(
                     }
                     if let Some(key) = key
                         && super::keys::moved_on(
-                            conn,
+                            p,
                             sql,
                             &id_text,
                             &key,
@@ -103,7 +105,7 @@ fn record_one(
             // Back to pending: with a priority, it waits in lane 2 (cancelled meanwhile, it
             // lets its ordering key move on).
             waiting(conn, &sql.waiting_pending, *id)?;
-            super::keys::settle(conn, sql, *id, now)?;
+            super::keys::settle(p, sql, *id, now)?;
             n
         }
         Outcome::Snooze {
@@ -121,7 +123,7 @@ fn record_one(
             ])?;
             if n == 1 {
                 waiting(conn, &sql.waiting_pending, *id)?;
-                super::keys::settle(conn, sql, *id, now)?;
+                super::keys::settle(p, sql, *id, now)?;
                 let mut up = conn.prepare_cached(&sql.snooze_count_up)?;
                 for key in subscriptions {
                     up.execute(params![id_text, key])?;
@@ -155,11 +157,11 @@ fn record_one(
                     crate::fail_point!("dlq.move");
                     super::dead_letter_writes::write_death(conn, sql, *id, death, now)?;
                     if let Some(key) = key {
-                        super::keys::died(conn, sql, *id, key, death.hold_key, now)?;
+                        super::keys::died(p, sql, *id, key, death.hold_key, now)?;
                     }
                 }
                 Some((_, true, Some(_))) => {
-                    super::keys::leave(conn, sql, *id, now)?;
+                    super::keys::leave(p, sql, *id, now)?;
                 }
                 _ => {}
             }
@@ -191,11 +193,13 @@ impl WriteOp for Record {
     fn apply(&self, conn: &Connection, sql: &Sql, now: Timestamp) -> Result<Recorded> {
         let mut next = Vec::new();
         let heads = self.3.heads_of(&self.0);
+        // The statements of completions and keys, taken once for the group.
+        let mut p = Prepared::new(conn);
         let applied = self
             .0
             .iter()
             .zip(&heads)
-            .map(|(o, key)| record_one(conn, sql, (o, key.as_deref()), now, &self.2, &mut next))
+            .map(|(o, key)| record_one(&mut p, sql, (o, key.as_deref()), now, &self.2, &mut next))
             .collect::<Result<Vec<bool>>>()?;
         if !self.1.is_empty() {
             let ids = self

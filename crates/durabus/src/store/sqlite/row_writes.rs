@@ -5,6 +5,7 @@
 
 use rusqlite::{Connection, params};
 
+use super::prepared::Prepared;
 use super::sql::Sql;
 use crate::clock::Timestamp;
 use crate::error::{Error, Result};
@@ -44,6 +45,8 @@ pub(super) fn insert_marking(
 ) -> Result<Vec<Stored>> {
     let now_ms = now.as_millis();
     let mut stmt = conn.prepare_cached(&sql.insert)?;
+    // The statements of keys and lanes, taken once for the batch.
+    let mut p = Prepared::new(conn);
     let mut inserted = Vec::with_capacity(events.len());
     if metadata.len() != events.len() {
         // Never by construction (every caller takes them from `metadata_texts(events)`); a
@@ -74,7 +77,7 @@ pub(super) fn insert_marking(
         // Its place in its key's queue; behind unfinished events of its key, it waits with no
         // due time, in no lane.
         let back = match key {
-            Some(k) => super::keys::back(conn, sql, k)?,
+            Some(k) => super::keys::back(&mut p, sql, k)?,
             None => None,
         };
         let behind = back.is_some();
@@ -107,12 +110,12 @@ pub(super) fn insert_marking(
             back
         ])?;
         if let (1, Some(lane), Some(due)) = (n, lane, due) {
-            conn.prepare_cached(&sql.waiting_put)?
+            p.get(&sql.waiting_put)?
                 .execute(params![id, lane, priority, due])?;
         }
         if n == 1 {
             if let Some(k) = key {
-                super::keys::joined(conn, sql, k, &id)?;
+                super::keys::joined(&mut p, sql, k, &id)?;
             }
             super::dedup::take(conn, sql, e, now)?;
         }

@@ -237,7 +237,7 @@ impl WriteOp for GiveBack {
                 due.as_millis(),
                 now.as_millis()
             ])? as u64;
-            super::keys::settle(conn, sql, *id, now)?;
+            super::keys::settle(&mut super::prepared::Prepared::new(conn), sql, *id, now)?;
         }
         Ok(n)
     }
